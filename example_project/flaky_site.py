@@ -1,0 +1,535 @@
+"""A deterministic "flaky" HTTP site for demo crawls, end-to-end tests and benchmarks.
+
+Every ``/page/N`` follows a scripted scenario chosen by ``scenario_for(N)``: some
+pages answer at once, others fail a fixed number of times (503, 429 with
+Retry-After, 500, a stalled response, a dropped connection, a page the spider
+cannot parse) before recovering, and a few fail forever (404, 403, 410). The
+n-th request to the same path decides what happens, so a crawl against a fresh
+server always sees the same sequence and its outcome can be checked exactly.
+
+Stdlib only, so it runs anywhere the tests do::
+
+    python example_project/flaky_site.py --port 0 --pages 500 --slow 5.0
+
+It prints one line, ``listening on http://HOST:PORT``, once it accepts
+connections, and exits with status 0 on SIGTERM or SIGINT.
+
+Besides the pages it serves ``/`` (an index linking every page), ``/__log``
+(every request to ``/page/*`` so far, as JSON), ``/__scenarios`` (each page's
+scenario and expected final outcome, as JSON) and ``POST /__reset`` (forget all
+counters and the log).
+
+Importable too: ``make_server()`` or ``run()`` serve in-process, and the
+scenario mapping (``SCENARIOS``, ``scenario_for``, ``plan_for``, ...) is pure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final, TypedDict
+from urllib.parse import urlsplit
+
+# --------------------------------------------------------------------------
+# Scenarios: a pure mapping from page number and attempt to a planned answer.
+# --------------------------------------------------------------------------
+
+OK: Final = "ok"
+SERVER_ERROR_TWICE: Final = "server_error_twice"
+RATE_LIMITED: Final = "rate_limited"
+TIMEOUT_ONCE: Final = "timeout_once"
+DROP_ONCE: Final = "drop_once"
+SERVER_ERROR_ONCE: Final = "server_error_once"
+NOT_FOUND: Final = "not_found"
+FORBIDDEN: Final = "forbidden"
+PARSE_ONCE: Final = "parse_once"
+GONE: Final = "gone"
+
+#: The fixed cycle of scenarios; page N gets ``SCENARIOS[N % 20]``. Failures are
+#: spread through the cycle so that any prefix of the pages (a short demo crawl)
+#: still meets most kinds of failure.
+SCENARIOS: Final[tuple[str, ...]] = (
+    OK,
+    SERVER_ERROR_TWICE,
+    OK,
+    RATE_LIMITED,
+    NOT_FOUND,
+    OK,
+    TIMEOUT_ONCE,
+    OK,
+    DROP_ONCE,
+    SERVER_ERROR_ONCE,
+    OK,
+    FORBIDDEN,
+    SERVER_ERROR_TWICE,
+    OK,
+    PARSE_ONCE,
+    RATE_LIMITED,
+    OK,
+    GONE,
+    OK,
+    OK,
+)
+
+#: How a crawl with retries should end up for each scenario: ``parsed``, or
+#: ``dead:<failure kind>`` for pages that never recover.
+EXPECTED: Final[dict[str, str]] = {
+    OK: "parsed",
+    SERVER_ERROR_TWICE: "parsed",
+    RATE_LIMITED: "parsed",
+    TIMEOUT_ONCE: "parsed",
+    DROP_ONCE: "parsed",
+    SERVER_ERROR_ONCE: "parsed",
+    NOT_FOUND: "dead:not_found",
+    FORBIDDEN: "dead:forbidden",
+    PARSE_ONCE: "parsed",
+    GONE: "dead:not_found",
+}
+
+
+def scenario_for(n: int) -> str:
+    """The scenario of ``/page/n``."""
+    if n < 0:
+        raise ValueError(f"page number must be >= 0, got {n}")
+    return SCENARIOS[n % len(SCENARIOS)]
+
+
+def expected_for(scenario: str) -> str:
+    """The final outcome a retrying crawl should reach for ``scenario``."""
+    return EXPECTED[scenario]
+
+
+def scenarios_table(pages: int) -> dict[str, dict[str, str]]:
+    """Path -> ``{"scenario", "expected"}`` for every page of a site."""
+    table: dict[str, dict[str, str]] = {}
+    for n in range(pages):
+        scenario = scenario_for(n)
+        table[page_path(n)] = {"scenario": scenario, "expected": expected_for(scenario)}
+    return table
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the server does for one request to a page."""
+
+    #: Status to answer with; None means close the connection without a response.
+    status: int | None
+    #: Seconds to stall before answering.
+    delay: float = 0.0
+    #: Value of the Retry-After header, when one is sent.
+    retry_after: int | None = None
+    #: Whether a 200 page carries the ``<h1 class="title">`` the spider needs.
+    parseable: bool = True
+
+
+def plan_for(scenario: str, attempt: int, *, slow: float, retry_after: int) -> Plan:
+    """The answer to the ``attempt``-th (1-based) request of a page in ``scenario``."""
+    if attempt < 1:
+        raise ValueError(f"attempt is 1-based, got {attempt}")
+    first = attempt == 1
+    match scenario:
+        case "ok":
+            return Plan(200)
+        case "server_error_twice":
+            # No Retry-After: this is breakage, not throttling, and the
+            # classifier treats a 503 with Retry-After as rate limiting.
+            return Plan(503) if attempt <= 2 else Plan(200)
+        case "rate_limited":
+            return Plan(429, retry_after=retry_after) if first else Plan(200)
+        case "timeout_once":
+            return Plan(200, delay=slow) if first else Plan(200)
+        case "drop_once":
+            return Plan(None) if first else Plan(200)
+        case "server_error_once":
+            return Plan(500) if first else Plan(200)
+        case "not_found":
+            return Plan(404)
+        case "forbidden":
+            return Plan(403)
+        case "parse_once":
+            return Plan(200, parseable=not first)
+        case "gone":
+            return Plan(410)
+    raise ValueError(f"unknown scenario {scenario!r}")
+
+
+def page_path(n: int) -> str:
+    return f"/page/{n}"
+
+
+def page_html(n: int, *, parseable: bool = True) -> str:
+    """The body of a 200 page; without the title when it must not parse."""
+    title = f'<h1 class="title">Page {n}</h1>' if parseable else ""
+    return (
+        f"<html><head><title>Page {n}</title></head><body>"
+        f'{title}<p class="value">{n}</p></body></html>'
+    )
+
+
+def index_html(pages: int) -> str:
+    links = "\n".join(f'<li><a href="{page_path(n)}">Page {n}</a></li>' for n in range(pages))
+    return f"<html><head><title>Flaky site</title></head><body><ul>\n{links}\n</ul></body></html>"
+
+
+def error_html(status: int) -> str:
+    # Deliberately no <h1 class="title">: an error page must never look parsed.
+    return f"<html><body><p>HTTP {status}</p></body></html>"
+
+
+# --------------------------------------------------------------------------
+# Per-path counters and the request log, shared by the handler threads.
+# --------------------------------------------------------------------------
+
+
+class LogEntry(TypedDict):
+    path: str
+    t: float
+    status: int | None
+    attempt: int
+
+
+class SiteState:
+    """Request counters and log; every access holds one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._attempts: dict[str, int] = {}
+        self._log: list[LogEntry] = []
+
+    def arrive(self, path: str, decide: Callable[[int], Plan]) -> tuple[Plan, LogEntry]:
+        """Count a request to ``path``, plan its answer and log it."""
+        # Counting, deciding and logging under one lock keeps the log order,
+        # the attempt numbers and the timestamps consistent with each other.
+        with self._lock:
+            attempt = self._attempts.get(path, 0) + 1
+            self._attempts[path] = attempt
+            plan = decide(attempt)
+            entry: LogEntry = {
+                "path": path,
+                "t": time.time(),
+                "status": plan.status,
+                "attempt": attempt,
+            }
+            self._log.append(entry)
+        return plan, entry
+
+    def mark_incomplete(self, entry: LogEntry) -> None:
+        with self._lock:
+            entry["status"] = None
+
+    def log(self) -> list[LogEntry]:
+        with self._lock:
+            return [entry.copy() for entry in self._log]
+
+    def reset(self) -> None:
+        with self._lock:
+            self._attempts.clear()
+            self._log.clear()
+
+
+# --------------------------------------------------------------------------
+# HTTP plumbing.
+# --------------------------------------------------------------------------
+
+_PAGE_RE: Final = re.compile(r"/page/(0|[1-9][0-9]*)")
+_HTML: Final = "text/html; charset=utf-8"
+_JSON: Final = "application/json"
+#: Method each fixed route answers; a wrong method gets 405 rather than 404.
+_ROUTES: Final[dict[str, str]] = {
+    "/": "GET",
+    "/__log": "GET",
+    "/__scenarios": "GET",
+    "/__reset": "POST",
+}
+
+
+def _not_found_plan(attempt: int) -> Plan:
+    return Plan(404)
+
+
+class FlakyHandler(BaseHTTPRequestHandler):
+    # HTTP/1.1 keeps connections alive like a real site; every response that
+    # may carry a body states its Content-Length so the framing stays correct.
+    protocol_version = "HTTP/1.1"
+    server_version = "FlakySite/1.0"
+    # Headers and body go out in separate writes; with Nagle on, the client's
+    # delayed ACK would add ~40 ms to every kept-alive response.
+    disable_nagle_algorithm = True
+    # `timeout` stays None: reaping idle kept-alive connections could close one
+    # just as the client reuses it, a failure that no scenario planned.
+    timeout = None
+    server: FlakyServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # One stderr line per request would drown the demo's own output.
+        pass
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path.startswith("/page/"):
+            self._serve_page(path)
+        elif _ROUTES.get(path) != "GET":
+            self._reject(path)
+        elif path == "/":
+            self._send(200, index_html(self.server.pages).encode(), _HTML)
+        elif path == "/__log":
+            self._send_json(self.server.state.log())
+        else:
+            self._send_json(scenarios_table(self.server.pages))
+
+    def do_POST(self) -> None:
+        self._discard_body()
+        path = urlsplit(self.path).path
+        if path != "/__reset":
+            self._reject(path)
+            return
+        self.server.state.reset()
+        # 204 carries no Content-Length: RFC 9110 forbids it there, and the
+        # status alone tells the client there is no body.
+        self.send_response(204)
+        self.end_headers()
+
+    def _serve_page(self, path: str) -> None:
+        server = self.server
+        match = _PAGE_RE.fullmatch(path)
+        n = int(match[1]) if match else -1
+        decide: Callable[[int], Plan]
+        if 0 <= n < server.pages:
+            scenario = scenario_for(n)
+            decide = partial(plan_for, scenario, slow=server.slow, retry_after=server.retry_after)
+        else:
+            scenario = None
+            decide = _not_found_plan
+        plan, entry = server.state.arrive(path, decide)
+
+        # Waiting on the stop event rather than sleeping lets shutdown cut
+        # stalled responses short instead of answering them late.
+        if plan.delay and server.stopping.wait(plan.delay):
+            self._drop()
+            return
+        if plan.status is None:
+            self._drop()
+            return
+
+        if plan.status == 200:
+            body = page_html(n, parseable=plan.parseable)
+        else:
+            body = error_html(plan.status)
+        headers = []
+        if plan.retry_after is not None:
+            headers.append(("Retry-After", str(plan.retry_after)))
+        sent = self._send(plan.status, body.encode(), _HTML, headers)
+        # A stalled response usually finds its client gone (that is the point of
+        # it); its log entry keeps the planned 200 so the log shows the stall.
+        if not sent and scenario != TIMEOUT_ONCE:
+            server.state.mark_incomplete(entry)
+
+    def _reject(self, path: str) -> None:
+        allowed = _ROUTES.get(path)
+        if allowed is None:
+            self._send(404, error_html(404).encode(), _HTML)
+        else:
+            self._send(405, error_html(405).encode(), _HTML, [("Allow", allowed)])
+
+    def _send_json(self, payload: object) -> None:
+        self._send(200, json.dumps(payload).encode(), _JSON)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> bool:
+        """Write a complete response; False when the client had already gone."""
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            self.close_connection = True
+            return False
+        return True
+
+    def _drop(self) -> None:
+        """Hang up without a byte of response, like a crashed upstream."""
+        self.close_connection = True
+        # Shutting down (not just closing) sends the FIN now, even though the
+        # server still holds the socket until this handler returns.
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _discard_body(self) -> None:
+        # An unread request body would be parsed as the next request on a
+        # kept-alive connection.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length > 0:
+            self.rfile.read(length)
+        elif length < 0 or self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+
+
+class FlakyServer(ThreadingHTTPServer):
+    """A threading HTTP server carrying the site's settings and state."""
+
+    # One thread per connection, so a stalled response never blocks the others.
+    daemon_threads = True
+    # Threads stalled in a slow response or idling on a kept-alive connection
+    # must not hold up server_close().
+    block_on_close = False
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        pages: int = 500,
+        slow: float = 5.0,
+        retry_after: int = 2,
+    ) -> None:
+        if pages < 0 or slow < 0 or retry_after < 0:
+            raise ValueError("pages, slow and retry_after must be >= 0")
+        self.pages = pages
+        self.slow = slow
+        self.retry_after = retry_after
+        self.state = SiteState()
+        self.stopping = threading.Event()
+        super().__init__(address, FlakyHandler)
+
+    @property
+    def host(self) -> str:
+        return str(self.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up mid-response are expected here (timeouts, drops);
+        # anything else is a bug worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+    def server_close(self) -> None:
+        self.stopping.set()
+        super().server_close()
+
+
+def make_server(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    pages: int = 500,
+    slow: float = 5.0,
+    retry_after: int = 2,
+) -> FlakyServer:
+    """A bound, listening server; drive it with ``serve_forever()``.
+
+    Stop it with ``shutdown()`` from another thread, then ``server_close()``.
+    """
+    return FlakyServer((host, port), pages=pages, slow=slow, retry_after=retry_after)
+
+
+def run(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    pages: int = 500,
+    slow: float = 5.0,
+    retry_after: int = 2,
+    ready_callback: Callable[[FlakyServer], object] | None = None,
+) -> None:
+    """Serve until ``shutdown()`` is called on the server.
+
+    ``ready_callback(server)`` runs once the socket is listening, before serving
+    starts; it is where callers learn the port and get a handle to stop it.
+    """
+    server = make_server(host, port, pages, slow, retry_after)
+    try:
+        if ready_callback is not None:
+            ready_callback(server)
+        # A short poll keeps shutdown (and so SIGTERM) prompt.
+        server.serve_forever(poll_interval=0.1)
+    finally:
+        server.server_close()
+
+
+# --------------------------------------------------------------------------
+# Command line.
+# --------------------------------------------------------------------------
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    # Write-then-rename so a poller never reads a half-written file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{port}\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Serve a deterministic flaky site for scrapy-retryqueue demos."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 lets the OS pick")
+    parser.add_argument("--pages", type=int, default=500)
+    parser.add_argument("--slow", type=float, default=5.0, help="stall of timeout_once pages, s")
+    parser.add_argument("--retry-after", type=int, default=2, help="Retry-After sent with 429s, s")
+    parser.add_argument("--port-file", type=Path, help="write the bound port here")
+    args = parser.parse_args(argv)
+    for name in ("pages", "slow", "retry_after"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+
+    def ready(server: FlakyServer) -> None:
+        def request_stop(signum: int, frame: object) -> None:
+            # shutdown() waits for serve_forever() to return, and that runs on
+            # this very thread: calling it here directly would deadlock.
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        if args.port_file is not None:
+            _write_port_file(args.port_file, server.port)
+        print(f"listening on {server.url}", flush=True)
+
+    run(args.host, args.port, args.pages, args.slow, args.retry_after, ready)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Backoff delays and Retry-After parsing: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+
+
+def compute_backoff(
+    attempt: int,
+    *,
+    base_delay: float,
+    multiplier: float = 2.0,
+    max_delay: float,
+    jitter: str = "equal",
+    rand: Callable[[], float] = random.random,
+) -> float:
+    """Delay in seconds before retry number *attempt* (0 for the first retry).
+
+    ``base_delay * multiplier ** attempt`` capped at *max_delay*, then jittered:
+    ``none`` keeps it, ``full`` draws from [0, d], ``equal`` from [d/2, d].
+    *rand* returns a float in [0, 1); pass a seeded one for exact tests.
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt must be >= 0, got {attempt}")
+    try:
+        delay = base_delay * multiplier**attempt
+    except OverflowError:
+        delay = max_delay
+    delay = min(delay, max_delay)
+    if jitter == "none":
+        return delay
+    if jitter == "full":
+        return delay * rand()
+    if jitter == "equal":
+        return delay / 2 + delay / 2 * rand()
+    raise ValueError(f"jitter must be one of none, full, equal; got {jitter!r}")
+
+
+def min_backoff(
+    attempt: int, *, base_delay: float, multiplier: float, max_delay: float, jitter: str
+) -> float:
+    """The smallest delay :func:`compute_backoff` can return for these inputs."""
+    return compute_backoff(
+        attempt,
+        base_delay=base_delay,
+        multiplier=multiplier,
+        max_delay=max_delay,
+        jitter=jitter,
+        rand=lambda: 0.0,
+    )
+
+
+def parse_retry_after(value: bytes | str | None, *, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date).
+
+    None when the header is absent or unreadable; a date in the past gives 0.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)

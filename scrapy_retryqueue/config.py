@@ -1,0 +1,276 @@
+"""RETRYQUEUE_* settings, read and validated once when a crawler starts.
+
+A bad value raises :class:`ConfigError` naming the setting and showing the value,
+so the crawl stops before it fetches anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy.utils.misc import load_object
+
+from . import defaults
+from .exceptions import ConfigError
+from .policy import Policy, PolicyTable
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    enabled: bool
+    #: None means: use the embedded server.
+    redis_url: str | None
+    policy_table: PolicyTable
+    status_kinds: Mapping[int, str]
+    exception_kinds: Mapping[type, str]
+    poll_interval: float
+    lease_time: float
+    max_in_flight: int
+    idle_timeout: float
+    max_reclaims: int
+    priority_adjust: int
+    node_id: str
+    events_maxlen: int
+    audit_log: str | None
+    audit_rotation: str
+    audit_retention: str
+    embedded_dir: str | None
+    forbidden_log_level: int
+
+
+def _raw(settings: Any, name: str) -> Any:
+    value = settings.get(name)
+    return defaults.SETTINGS[name] if value is None else value
+
+
+def _maybe_json(name: str, value: Any) -> Any:
+    # Settings given with -s on the command line arrive as strings.
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ConfigError(f"{name} must be a dict (or its JSON text), got {value!r}") from None
+    return value
+
+
+def _number(
+    settings: Any, name: str, *, minimum: float = 0.0, strict: bool = False, whole: bool = False
+) -> Any:
+    value = _raw(settings, name)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value) if not whole else int(value)
+    bad_type = isinstance(value, bool) or not isinstance(value, (int, float))
+    if whole and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if bad_type or (whole and not isinstance(value, int)):
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(f"{name} must be {kind}, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        op = ">" if strict else ">="
+        raise ConfigError(f"{name} must be {op} {minimum:g}, got {value!r}")
+    return value
+
+
+def _bool(settings: Any, name: str) -> bool:
+    value = _raw(settings, name)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, str)) and str(value).strip().lower() in {"0", "1", "true", "false"}:
+        return str(value).strip().lower() in {"1", "true"}
+    raise ConfigError(f"{name} must be True or False, got {value!r}")
+
+
+def _policies(settings: Any) -> PolicyTable:
+    name = "RETRYQUEUE_POLICIES"
+    user = _maybe_json(name, _raw(settings, name))
+    if not isinstance(user, Mapping):
+        raise ConfigError(f"{name} must be a dict of kind -> policy fields, got {user!r}")
+    policies: dict[str, Policy] = {}
+    for kind in defaults.POLICY_KINDS:
+        base = Policy.from_dict(defaults.POLICIES[kind], where=f"defaults[{kind!r}]")
+        policies[kind] = base.merged(user.get(kind, {}), where=f"{name}[{kind!r}]")
+    unknown = set(user) - set(defaults.POLICY_KINDS)
+    if unknown:
+        raise ConfigError(
+            f"{name} names unknown kind(s) {sorted(unknown)}; known: {', '.join(defaults.POLICY_KINDS)}"
+        )
+
+    dname = "RETRYQUEUE_DOMAIN_POLICIES"
+    per_domain_raw = _maybe_json(dname, _raw(settings, dname))
+    if not isinstance(per_domain_raw, Mapping):
+        raise ConfigError(
+            f"{dname} must be a dict of domain -> kind -> policy, got {per_domain_raw!r}"
+        )
+    per_domain: dict[str, dict[str, Policy]] = {}
+    for domain, per_kind in per_domain_raw.items():
+        if not isinstance(domain, str) or not domain or "/" in domain:
+            raise ConfigError(f"{dname} keys must be host names like 'example.com', got {domain!r}")
+        if not isinstance(per_kind, Mapping):
+            raise ConfigError(
+                f"{dname}[{domain!r}] must be a dict of kind -> policy, got {per_kind!r}"
+            )
+        resolved: dict[str, Policy] = {}
+        for kind, overrides in per_kind.items():
+            if kind not in policies:
+                raise ConfigError(
+                    f"{dname}[{domain!r}] names unknown kind {kind!r}; "
+                    f"known: {', '.join(defaults.POLICY_KINDS)}"
+                )
+            resolved[kind] = policies[kind].merged(
+                overrides, where=f"{dname}[{domain!r}][{kind!r}]"
+            )
+        per_domain[domain.lower().lstrip(".")] = resolved
+
+    retry_after_max = _number(settings, "RETRYQUEUE_RETRY_AFTER_MAX")
+    return PolicyTable(policies, per_domain, retry_after_max=float(retry_after_max))
+
+
+def _status_kinds(settings: Any) -> dict[int, str]:
+    name = "RETRYQUEUE_STATUS_KINDS"
+    user = _maybe_json(name, _raw(settings, name))
+    if not isinstance(user, Mapping):
+        raise ConfigError(f"{name} must be a dict of HTTP status -> kind, got {user!r}")
+    merged = dict(defaults.STATUS_KINDS)
+    for status, kind in user.items():
+        try:
+            code = int(status)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} key must be an HTTP status, got {status!r}") from None
+        if not 100 <= code <= 599:
+            raise ConfigError(f"{name} key must be an HTTP status (100-599), got {status!r}")
+        if kind is None:  # a project can stop treating a status as a failure
+            merged.pop(code, None)
+        elif kind in defaults.POLICY_KINDS:
+            merged[code] = kind
+        else:
+            raise ConfigError(
+                f"{name}[{status!r}] is {kind!r}, not a kind; known: {', '.join(defaults.POLICY_KINDS)}"
+            )
+    return merged
+
+
+def _exception_kinds(settings: Any) -> dict[type, str]:
+    name = "RETRYQUEUE_EXCEPTION_KINDS"
+    user = _maybe_json(name, _raw(settings, name))
+    if not isinstance(user, Mapping):
+        raise ConfigError(f"{name} must be a dict of exception class path -> kind, got {user!r}")
+    resolved: dict[type, str] = {}
+    for path, kind in defaults.EXCEPTION_KINDS.items():
+        try:
+            resolved[load_object(path)] = kind
+        except (ImportError, AttributeError, NameError):
+            continue  # a class this Scrapy or Twisted version does not have
+    for path, kind in user.items():
+        try:
+            cls = load_object(path) if isinstance(path, str) else path
+        except (ImportError, AttributeError, NameError, ValueError) as exc:
+            raise ConfigError(f"{name} key {path!r} does not import: {exc}") from None
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise ConfigError(f"{name} key {path!r} is not an exception class")
+        if kind is None:
+            resolved.pop(cls, None)
+        elif kind in defaults.POLICY_KINDS:
+            resolved[cls] = kind
+        else:
+            raise ConfigError(
+                f"{name}[{path!r}] is {kind!r}, not a kind; known: {', '.join(defaults.POLICY_KINDS)}"
+            )
+    return resolved
+
+
+def redis_url_from_settings(settings: Any) -> str | None:
+    """RETRYQUEUE_REDIS_URL, else scrapy-redis's REDIS_URL / REDIS_HOST + REDIS_PORT.
+
+    None when none is set: the caller then uses the embedded server.
+    """
+    url = settings.get("RETRYQUEUE_REDIS_URL") or settings.get("REDIS_URL")
+    name = "RETRYQUEUE_REDIS_URL" if settings.get("RETRYQUEUE_REDIS_URL") else "REDIS_URL"
+    if not url and (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
+        host = settings.get("REDIS_HOST") or "localhost"
+        port = settings.get("REDIS_PORT") or 6379
+        url, name = f"redis://{host}:{port}", "REDIS_HOST/REDIS_PORT"
+    if not url:
+        return None
+    if not isinstance(url, str) or urlsplit(url).scheme not in _REDIS_SCHEMES:
+        raise ConfigError(
+            f"{name} must be a redis://, rediss:// or unix:// URL, got {redact_url(str(url))!r}"
+        )
+    return url
+
+
+def redact_url(url: str) -> str:
+    """*url* with any password replaced, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _log_level(settings: Any, name: str) -> int:
+    value = _raw(settings, name)
+    level = logging.getLevelName(value) if isinstance(value, str) else value
+    if not isinstance(level, int) or isinstance(level, bool):
+        raise ConfigError(f"{name} must be a logging level like 'WARNING', got {value!r}")
+    return level
+
+
+def _optional_str(settings: Any, name: str) -> str | None:
+    value = _raw(settings, name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{name} must be a string, got {value!r}")
+    return os.fspath(value)
+
+
+def load_config(settings: Any) -> Config:
+    """Read and validate every RETRYQUEUE_* setting of a Scrapy Settings object."""
+    max_in_flight = _raw(settings, "RETRYQUEUE_MAX_IN_FLIGHT")
+    if max_in_flight is None or max_in_flight == "":
+        max_in_flight = int(settings.getint("CONCURRENT_REQUESTS", 16) or 16)
+    else:
+        max_in_flight = _number(settings, "RETRYQUEUE_MAX_IN_FLIGHT", minimum=1, whole=True)
+    node_id = (
+        _optional_str(settings, "RETRYQUEUE_NODE_ID") or f"{socket.gethostname()}:{os.getpid()}"
+    )
+    poll = _number(settings, "RETRYQUEUE_POLL_INTERVAL", strict=True)
+    lease = _number(settings, "RETRYQUEUE_LEASE_TIME", strict=True)
+    if lease < 3 * poll:
+        raise ConfigError(
+            f"RETRYQUEUE_LEASE_TIME ({lease}) must be at least 3 x RETRYQUEUE_POLL_INTERVAL "
+            f"({poll}), so leases are renewed before they expire"
+        )
+    return Config(
+        enabled=_bool(settings, "RETRYQUEUE_ENABLED"),
+        redis_url=redis_url_from_settings(settings),
+        policy_table=_policies(settings),
+        status_kinds=_status_kinds(settings),
+        exception_kinds=_exception_kinds(settings),
+        poll_interval=float(poll),
+        lease_time=float(lease),
+        max_in_flight=int(max_in_flight),
+        idle_timeout=float(_number(settings, "RETRYQUEUE_IDLE_TIMEOUT")),
+        max_reclaims=_number(settings, "RETRYQUEUE_MAX_RECLAIMS", whole=True),
+        priority_adjust=_number(
+            settings, "RETRYQUEUE_PRIORITY_ADJUST", minimum=-(10**9), whole=True
+        ),
+        node_id=node_id,
+        events_maxlen=_number(settings, "RETRYQUEUE_EVENTS_MAXLEN", minimum=1, whole=True),
+        audit_log=_optional_str(settings, "RETRYQUEUE_AUDIT_LOG"),
+        audit_rotation=str(_raw(settings, "RETRYQUEUE_AUDIT_ROTATION")),
+        audit_retention=str(_raw(settings, "RETRYQUEUE_AUDIT_RETENTION")),
+        embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
+        forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
+    )

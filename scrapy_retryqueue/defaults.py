@@ -1,0 +1,158 @@
+"""Every default of scrapy-retryqueue, in one place.
+
+Settings are read through :mod:`scrapy_retryqueue.config`, which validates them
+against these defaults; nothing else in the package hard-codes a default value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Version of the task envelope written to Redis; readers refuse newer ones.
+ENVELOPE_VERSION = 1
+
+#: Failure kinds that the classifier can produce and the policy table covers.
+RETRYABLE_KINDS = (
+    "timeout",
+    "connection",
+    "dns",
+    "rate_limited",
+    "server_error",
+    "parse",
+    "storage",
+)
+PERMANENT_KINDS = ("not_found", "forbidden", "rule")
+#: Kinds produced by the queue itself, never retried and not configurable.
+INTERNAL_KINDS = ("unserializable", "malformed", "poison")
+UNKNOWN_KIND = "unknown"
+POLICY_KINDS = (*RETRYABLE_KINDS, *PERMANENT_KINDS, UNKNOWN_KIND)
+ALL_KINDS = (*POLICY_KINDS, *INTERNAL_KINDS)
+
+JITTER_MODES = ("none", "full", "equal")
+
+
+def _policy(
+    retry: bool,
+    base_delay: float = 0.0,
+    multiplier: float = 2.0,
+    max_delay: float = 0.0,
+    max_retries: int = 0,
+    jitter: str = "equal",
+) -> dict[str, Any]:
+    return {
+        "retry": retry,
+        "base_delay": base_delay,
+        "multiplier": multiplier,
+        "max_delay": max_delay,
+        "max_retries": max_retries,
+        "jitter": jitter,
+    }
+
+
+#: RETRYQUEUE_POLICIES: per failure kind; delays in seconds. A project's value is
+#: merged over this one key by key, so it only names what it changes.
+POLICIES: dict[str, dict[str, Any]] = {
+    # 3, 6, 12, 24, 48 s before jitter.
+    "timeout": _policy(True, 3.0, 2.0, 120.0, 5),
+    "connection": _policy(True, 5.0, 2.0, 300.0, 5),
+    "dns": _policy(True, 30.0, 2.0, 600.0, 3),
+    # Longer: hammering a site that asks us to slow down makes things worse.
+    "rate_limited": _policy(True, 30.0, 2.0, 1800.0, 8),
+    "server_error": _policy(True, 10.0, 2.0, 600.0, 5),
+    # A layout that changed for an hour: few tries, far apart.
+    "parse": _policy(True, 600.0, 2.0, 3600.0, 3),
+    # A database that refused a write usually takes it a moment later.
+    "storage": _policy(True, 1.0, 2.0, 60.0, 5),
+    "not_found": _policy(False),
+    "forbidden": _policy(False),
+    "rule": _policy(False),
+    "unknown": _policy(True, 60.0, 2.0, 600.0, 2),
+}
+
+#: RETRYQUEUE_STATUS_KINDS: which HTTP statuses are failures, and of which kind.
+#: Statuses not listed pass through to the spider untouched.
+STATUS_KINDS: dict[int, str] = {
+    408: "server_error",
+    429: "rate_limited",
+    500: "server_error",
+    502: "server_error",
+    503: "server_error",
+    504: "server_error",
+    522: "server_error",
+    524: "server_error",
+    401: "forbidden",
+    403: "forbidden",
+    404: "not_found",
+    410: "not_found",
+}
+
+#: RETRYQUEUE_EXCEPTION_KINDS: exception classes (import paths) → kind. The most
+#: specific class in an exception's MRO wins; paths that do not import (a class
+#: that an older Scrapy lacks) are skipped.
+EXCEPTION_KINDS: dict[str, str] = {
+    "scrapy.exceptions.DownloadTimeoutError": "timeout",
+    "twisted.internet.error.TimeoutError": "timeout",
+    "twisted.internet.error.TCPTimedOutError": "timeout",
+    "scrapy.exceptions.CannotResolveHostError": "dns",
+    "twisted.internet.error.DNSLookupError": "dns",
+    "scrapy.exceptions.DownloadConnectionRefusedError": "connection",
+    "scrapy.exceptions.DownloadFailedError": "connection",
+    "scrapy.exceptions.ResponseDataLossError": "connection",
+    "twisted.internet.error.ConnectionRefusedError": "connection",
+    "twisted.internet.error.ConnectError": "connection",
+    "twisted.internet.error.ConnectionLost": "connection",
+    "twisted.internet.error.ConnectionDone": "connection",
+    "twisted.web._newclient.ResponseNeverReceived": "connection",
+    "twisted.web._newclient.ResponseFailed": "connection",
+    "scrapy.core.downloader.handlers.http11.TunnelError": "connection",
+    # HttpCompressionMiddleware raises OSError on a truncated body.
+    "builtins.OSError": "connection",
+    "scrapy_retryqueue.exceptions.PermanentFailure": "rule",
+}
+
+SETTINGS: dict[str, Any] = {
+    "RETRYQUEUE_ENABLED": True,
+    #: None: use scrapy-redis's REDIS_URL / REDIS_HOST + REDIS_PORT, else embedded.
+    "RETRYQUEUE_REDIS_URL": None,
+    "RETRYQUEUE_POLICIES": {},
+    "RETRYQUEUE_DOMAIN_POLICIES": {},
+    "RETRYQUEUE_STATUS_KINDS": {},
+    "RETRYQUEUE_EXCEPTION_KINDS": {},
+    #: Cap on a server's Retry-After, seconds.
+    "RETRYQUEUE_RETRY_AFTER_MAX": 3600.0,
+    "RETRYQUEUE_POLL_INTERVAL": 1.0,
+    #: How long a node owns a claimed task without renewing it, seconds.
+    "RETRYQUEUE_LEASE_TIME": 60.0,
+    #: Tasks one node holds at once; None: CONCURRENT_REQUESTS.
+    "RETRYQUEUE_MAX_IN_FLIGHT": None,
+    #: An idle spider with pending retries waits at most this long, seconds.
+    "RETRYQUEUE_IDLE_TIMEOUT": 300.0,
+    "RETRYQUEUE_MAX_RECLAIMS": 3,
+    "RETRYQUEUE_PRIORITY_ADJUST": 0,
+    #: None: host name and pid.
+    "RETRYQUEUE_NODE_ID": None,
+    #: Approximate cap on the events stream, entries.
+    "RETRYQUEUE_EVENTS_MAXLEN": 1_000_000,
+    "RETRYQUEUE_AUDIT_LOG": None,
+    "RETRYQUEUE_AUDIT_ROTATION": "100 MB",
+    "RETRYQUEUE_AUDIT_RETENTION": "30 days",
+    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue.
+    "RETRYQUEUE_EMBEDDED_DIR": None,
+    "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
+}
+
+#: Request meta keys the queue reads.
+META_MAX_RETRIES = "retryqueue_max_retries"
+META_POLICY = "retryqueue_policy"
+#: Set on a re-injected request: the task it belongs to (not serialized).
+META_TASK = "retryqueue_task"
+
+#: Meta keys Scrapy fills in per download; stale on a later attempt.
+TRANSIENT_META_KEYS = frozenset(
+    {"download_latency", "download_slot", "download_timeout_reached", META_TASK}
+)
+
+#: Middleware orders: where Scrapy's RetryMiddleware sits, and close to the spider.
+DOWNLOADER_MIDDLEWARE_ORDER = 550
+SPIDER_MIDDLEWARE_ORDER = 950
+EXTENSION_ORDER = 500

@@ -1,0 +1,38 @@
+"""Exceptions that users of scrapy-retryqueue raise or catch."""
+
+from __future__ import annotations
+
+from scrapy.exceptions import IgnoreRequest
+
+
+class PermanentFailure(Exception):
+    """Raise from a spider callback for a page that will never succeed.
+
+    The request is dead-lettered at once with kind ``rule`` and this message.
+    """
+
+
+class RequestParked(IgnoreRequest):
+    """A failed request was parked in the retry queue and will come back later.
+
+    A request's errback receives this failure for each parked attempt; it gets
+    the real failure only when the request is finally given up.
+    """
+
+    def __init__(self, kind: str, delay: float, task_id: str) -> None:
+        super().__init__(f"parked for retry: {kind}, due in {delay:.1f}s")
+        self.kind = kind
+        self.delay = delay
+        self.task_id = task_id
+
+
+class ConfigError(ValueError):
+    """A RETRYQUEUE_* setting or a retryqueue_* meta key has a bad value."""
+
+
+class EnvelopeError(ValueError):
+    """A task envelope cannot be written (unserializable) or read (malformed)."""
+
+
+class EmbeddedServerError(RuntimeError):
+    """The embedded Redis-compatible server cannot be started here."""

@@ -1,0 +1,43 @@
+-- reap: return expired leases to the due set; dead-letter poison pills.
+--
+-- KEYS[1] due       ZSET   task id -> due time (ms)
+-- KEYS[2] leased    ZSET   task id -> lease expiry (ms)
+-- KEYS[3] tasks     HASH   task id -> envelope
+-- KEYS[4] owners    HASH   task id -> lease token
+-- KEYS[5] reclaims  HASH   task id -> reclaim count
+-- KEYS[6] dead      ZSET   task id -> time of death (ms)
+-- KEYS[7] deadtasks HASH   task id -> envelope of the dead letter
+-- KEYS[8] events    STREAM lifecycle events
+-- ARGV[1] now (ms): leases that expired at or before it are reaped
+-- ARGV[2] batch size
+-- ARGV[3] max reclaims: a task reclaimed more often is dead-lettered as poison
+-- ARGV[4] events stream max length (approximate)
+--
+-- Returns {{reclaimed ids}, {poisoned ids}}.
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local reclaimed, poisoned = {}, {}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[4], id)
+  local envelope = redis.call('HGET', KEYS[3], id)
+  if envelope then
+    local count = redis.call('HINCRBY', KEYS[5], id, 1)
+    if count > tonumber(ARGV[3]) then
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('HDEL', KEYS[5], id)
+      redis.call('ZADD', KEYS[6], ARGV[1], id)
+      -- Envelopes are JSON objects: prefixing a member marks the final kind
+      -- without decoding and re-encoding the document here.
+      redis.call('HSET', KEYS[7], id, '{"dead_kind":"poison",' .. string.sub(envelope, 2))
+      redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*',
+        'type', 'dead', 'id', id, 'kind', 'poison', 'reclaims', count, 'ts', ARGV[1])
+      poisoned[#poisoned + 1] = id
+    else
+      redis.call('ZADD', KEYS[1], ARGV[1], id)
+      redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*',
+        'type', 'reclaimed', 'id', id, 'reclaims', count, 'ts', ARGV[1])
+      reclaimed[#reclaimed + 1] = id
+    end
+  end
+end
+return {reclaimed, poisoned}

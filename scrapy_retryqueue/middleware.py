@@ -1,0 +1,76 @@
+"""Downloader middleware: classify failed downloads and park them in the queue.
+
+A parked request is not retried here and nothing sleeps: the request leaves the
+downloader at once (its concurrency slot is free) and the extension brings it
+back when it is due. The request's errback receives a
+:class:`~scrapy_retryqueue.exceptions.RequestParked` failure for a parked
+attempt, and the real failure once the request is given up.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.defer import maybe_deferred_to_future
+
+from .classify import FailureInfo, classify_exception, classify_status
+from .exceptions import RequestParked
+from .runtime import RetryQueueRuntime, runtime_for
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+
+class RetryQueueMiddleware:
+    def __init__(self, runtime: RetryQueueRuntime) -> None:
+        self.runtime = runtime
+        self.config = runtime.config
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RetryQueueMiddleware:
+        return cls(runtime_for(crawler))
+
+    async def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Request | Response:
+        if request.meta.get("dont_retry", False):
+            return response
+        failure = classify_status(
+            response.status,
+            response.headers.get(b"Retry-After"),
+            status_kinds=self.config.status_kinds,
+            now=time.time(),
+        )
+        if failure is None:
+            self.runtime.ack(request)
+            return response
+        await self._park(request, failure)
+        return response
+
+    async def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> Request | Response | None:
+        if isinstance(exception, IgnoreRequest):
+            # Another component dropped the request on purpose: its task is done.
+            if not isinstance(exception, RequestParked):
+                self.runtime.ack(request, outcome="ignored")
+            return None
+        if request.meta.get("dont_retry", False):
+            return None
+        failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
+        await self._park(request, failure)
+        return None
+
+    async def _park(self, request: Request, failure: FailureInfo) -> Any:
+        """Raise RequestParked when the request was parked; return when it was not."""
+        plan = self.runtime.plan(request, failure)
+        outcome = await maybe_deferred_to_future(self.runtime.persist(plan))
+        if outcome in ("parked", "duplicate", "stale"):
+            # duplicate / stale: another live task of this request will run it.
+            raise RequestParked(plan.decision.kind, plan.decision.delay, plan.task.id)
+        # dead, or Redis refused the write: the failure goes on to the errback.
+        return None

@@ -1,0 +1,43 @@
+"""Spider middleware: an exception raised by a callback becomes a parse failure.
+
+A parse failure that will be retried is swallowed (the callback runs again on
+the re-fetched page later); one that is given up propagates, so Scrapy logs it
+as usual. ``PermanentFailure`` is dead-lettered at once with kind ``rule``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import IgnoreRequest
+from scrapy.spidermiddlewares.httperror import HttpError
+
+from .classify import failure_for_kind
+from .exceptions import PermanentFailure
+from .runtime import RetryQueueRuntime, runtime_for
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+
+class RetryQueueSpiderMiddleware:
+    def __init__(self, runtime: RetryQueueRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RetryQueueSpiderMiddleware:
+        return cls(runtime_for(crawler))
+
+    def process_spider_exception(
+        self, response: Response, exception: Exception, spider: Spider | None = None
+    ) -> Iterable[Any] | None:
+        # HTTP statuses were judged by the downloader middleware already.
+        if isinstance(exception, (HttpError, IgnoreRequest)) or response.request is None:
+            return None
+        kind = "rule" if isinstance(exception, PermanentFailure) else "parse"
+        plan = self.runtime.plan(response.request, failure_for_kind(kind, exception))
+        self.runtime.persist(plan)
+        return [] if plan.decision.retry else None

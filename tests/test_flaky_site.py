@@ -1,0 +1,556 @@
+"""Tests for example_project/flaky_site.py, the scripted flaky HTTP server.
+
+Most tests run the server as a subprocess exactly as the demo and the
+end-to-end tests do; each test gets its own process, so they run in any order.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+FLAKY_SITE = Path(__file__).resolve().parents[1] / "example_project" / "flaky_site.py"
+READY_TIMEOUT = 10.0
+SLOW = 0.5
+RETRY_AFTER = 7
+PAGES = 40
+READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)\n")
+
+
+def _load_flaky_site() -> ModuleType:
+    # example_project is not a package; load the script by path. It must be in
+    # sys.modules while executing, or its dataclasses cannot resolve annotations.
+    spec = importlib.util.spec_from_file_location("flaky_site", FLAKY_SITE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+flaky_site = _load_flaky_site()
+
+
+def first_page(scenario: str) -> int:
+    return flaky_site.SCENARIOS.index(scenario)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+    elapsed: float
+
+
+@dataclass
+class Site:
+    proc: subprocess.Popen[str]
+    port: int
+    ready_line: str
+    stderr_path: Path
+
+    def request(self, method: str, path: str, timeout: float = 5.0) -> Reply:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        start = time.monotonic()
+        try:
+            conn.request(method, path)
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        return Reply(resp.status, resp.headers, body, time.monotonic() - start)
+
+    def get(self, path: str, timeout: float = 5.0) -> Reply:
+        return self.request("GET", path, timeout)
+
+    def page(self, n: int, timeout: float = 5.0) -> Reply:
+        return self.get(f"/page/{n}", timeout)
+
+    def log(self) -> list[dict[str, object]]:
+        return json.loads(self.get("/__log").body)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def _read_ready_line(proc: subprocess.Popen[str], stderr_path: Path) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(READY_TIMEOUT):
+            pytest.fail(f"server not ready after {READY_TIMEOUT}s")
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(READY_TIMEOUT)
+        pytest.fail(f"server exited early:\n{stderr_path.read_text()}")
+    return line
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@pytest.fixture
+def start_site(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Site]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def finalize() -> None:
+        for proc in procs:
+            _kill(proc)
+
+    request.addfinalizer(finalize)
+
+    def start(*args: str) -> Site:
+        stderr_path = tmp_path / f"stderr-{len(procs)}.txt"
+        with stderr_path.open("w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, str(FLAKY_SITE), "--port", "0", *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        procs.append(proc)
+        line = _read_ready_line(proc, stderr_path)
+        match = READY_RE.fullmatch(line)
+        assert match, f"unexpected ready line {line!r}"
+        return Site(proc, int(match[1]), line, stderr_path)
+
+    return start
+
+
+@pytest.fixture
+def site(start_site: Callable[..., Site]) -> Site:
+    return start_site("--pages", str(PAGES), "--slow", str(SLOW), "--retry-after", str(RETRY_AFTER))
+
+
+def normal_page(n: int) -> bytes:
+    return (
+        f"<html><head><title>Page {n}</title></head><body>"
+        f'<h1 class="title">Page {n}</h1><p class="value">{n}</p></body></html>'
+    ).encode()
+
+
+def assert_framed(reply: Reply) -> None:
+    assert reply.headers["Content-Length"] == str(len(reply.body))
+
+
+# -- the pure mapping --------------------------------------------------------
+
+
+def test_cycle_has_twenty_slots_in_the_agreed_proportion() -> None:
+    counts = Counter(flaky_site.SCENARIOS)
+    assert len(flaky_site.SCENARIOS) == 20
+    assert counts == {
+        "ok": 9,
+        "server_error_twice": 2,
+        "rate_limited": 2,
+        "timeout_once": 1,
+        "drop_once": 1,
+        "server_error_once": 1,
+        "not_found": 1,
+        "forbidden": 1,
+        "parse_once": 1,
+        "gone": 1,
+    }
+    assert set(flaky_site.EXPECTED) == set(counts)
+
+
+def test_cycle_is_interleaved() -> None:
+    first_half = flaky_site.SCENARIOS[:10]
+    assert flaky_site.SCENARIOS[0] == "ok"
+    assert Counter(first_half)["ok"] < 9
+    assert len(set(first_half)) > 5
+
+
+def test_scenario_for_repeats_the_cycle() -> None:
+    for n in range(60):
+        assert flaky_site.scenario_for(n) == flaky_site.SCENARIOS[n % 20]
+    with pytest.raises(ValueError):
+        flaky_site.scenario_for(-1)
+
+
+def test_plan_for_knows_every_scenario() -> None:
+    for scenario in flaky_site.EXPECTED:
+        plan = flaky_site.plan_for(scenario, 1, slow=SLOW, retry_after=RETRY_AFTER)
+        assert isinstance(plan, flaky_site.Plan)
+    with pytest.raises(ValueError):
+        flaky_site.plan_for("nonsense", 1, slow=SLOW, retry_after=RETRY_AFTER)
+    with pytest.raises(ValueError):
+        flaky_site.plan_for("ok", 0, slow=SLOW, retry_after=RETRY_AFTER)
+
+
+# -- startup -----------------------------------------------------------------
+
+
+def test_ready_line_and_port_file(start_site: Callable[..., Site], tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    started = start_site("--pages", "3", "--port-file", str(port_file))
+    assert started.port > 0
+    assert int(port_file.read_text()) == started.port
+    assert started.get("/").status == 200
+
+
+# -- routes ------------------------------------------------------------------
+
+
+def test_index_links_every_page(site: Site) -> None:
+    reply = site.get("/")
+    assert reply.status == 200
+    assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert_framed(reply)
+    links = re.findall(r'<a href="/page/(\d+)">', reply.body.decode())
+    assert [int(n) for n in links] == list(range(PAGES))
+
+
+def test_ok_page_body(site: Site) -> None:
+    n = first_page("ok")
+    for _ in range(2):
+        reply = site.page(n)
+        assert reply.status == 200
+        assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert reply.body == normal_page(n)
+        assert_framed(reply)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "statuses"),
+    [
+        ("ok", [200, 200, 200]),
+        ("server_error_twice", [503, 503, 200, 200]),
+        ("rate_limited", [429, 200, 200]),
+        ("server_error_once", [500, 200, 200]),
+        ("not_found", [404, 404, 404]),
+        ("forbidden", [403, 403, 403]),
+        ("gone", [410, 410, 410]),
+        ("parse_once", [200, 200, 200]),
+    ],
+)
+def test_status_sequence(site: Site, scenario: str, statuses: list[int]) -> None:
+    # The second cycle behaves like the first, with counters of its own.
+    for n in (first_page(scenario), first_page(scenario) + 20):
+        replies = [site.page(n) for _ in statuses]
+        assert [r.status for r in replies] == statuses
+        for reply in replies:
+            assert_framed(reply)
+            if reply.status == 200 and scenario != "parse_once":
+                assert reply.body == normal_page(n)
+            if reply.status != 200:
+                assert b'class="title"' not in reply.body
+
+
+def test_server_errors_carry_no_retry_after(site: Site) -> None:
+    for scenario in ("server_error_twice", "server_error_once"):
+        reply = site.page(first_page(scenario))
+        assert reply.status >= 500
+        assert reply.headers["Retry-After"] is None
+
+
+def test_rate_limited_sends_retry_after_once(site: Site) -> None:
+    n = first_page("rate_limited")
+    first = site.page(n)
+    assert first.status == 429
+    assert first.headers["Retry-After"] == str(RETRY_AFTER)
+    second = site.page(n)
+    assert second.status == 200
+    assert second.headers["Retry-After"] is None
+    assert second.body == normal_page(n)
+
+
+def test_parse_once_first_page_has_no_title(site: Site) -> None:
+    n = first_page("parse_once")
+    first = site.page(n)
+    assert first.status == 200
+    assert b'<h1 class="title">' not in first.body
+    assert f'<p class="value">{n}</p>'.encode() in first.body
+    assert site.page(n).body == normal_page(n)
+
+
+def test_drop_once_closes_without_response(site: Site) -> None:
+    n = first_page("drop_once")
+    with pytest.raises(http.client.RemoteDisconnected):
+        site.page(n)
+    second = site.page(n)
+    assert second.status == 200
+    assert second.body == normal_page(n)
+    log = [(e["path"], e["status"], e["attempt"]) for e in site.log()]
+    assert log == [(f"/page/{n}", None, 1), (f"/page/{n}", 200, 2)]
+
+
+def test_timeout_once_stalls_only_the_first_request(site: Site) -> None:
+    n = first_page("timeout_once")
+    first = site.page(n)
+    assert first.status == 200
+    assert first.elapsed >= SLOW
+    assert first.body == normal_page(n)
+    second = site.page(n)
+    assert second.status == 200
+    assert second.elapsed < SLOW / 2
+
+
+def test_timeout_once_times_out_a_client_with_a_shorter_timeout(site: Site) -> None:
+    n = first_page("timeout_once")
+    with pytest.raises(TimeoutError):
+        site.page(n, timeout=SLOW / 5)
+    assert site.page(n, timeout=SLOW / 2).status == 200
+    # The stalled request is logged at arrival with the 200 it would have sent.
+    log = [(e["status"], e["attempt"]) for e in site.log()]
+    assert log == [(200, 1), (200, 2)]
+
+
+def test_slow_response_does_not_block_others(start_site: Callable[..., Site]) -> None:
+    slow_site = start_site("--pages", "20", "--slow", "3")
+    n = first_page("timeout_once")
+    outcome: list[object] = []
+
+    def slow_request() -> None:
+        # The server is stopped under this request below, so it must not answer.
+        try:
+            outcome.append(slow_site.page(n, timeout=10).status)
+        except (OSError, http.client.HTTPException) as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=slow_request, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 2
+        while not slow_site.log():
+            assert time.monotonic() < deadline, "slow request never arrived"
+            time.sleep(0.02)
+        assert slow_site.log()[0]["status"] == 200
+
+        reply = slow_site.page(first_page("ok"))
+        assert reply.status == 200
+        assert reply.elapsed < 1.0
+        assert thread.is_alive()
+
+        # Stopping must not wait out the stall.
+        start = time.monotonic()
+        assert slow_site.stop() == 0
+        assert time.monotonic() - start < 2.0
+    finally:
+        thread.join(10)
+    assert not thread.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], http.client.RemoteDisconnected)
+
+
+def test_log_records_page_requests_in_order(site: Site) -> None:
+    ok = first_page("ok")
+    twice = first_page("server_error_twice")
+    before = time.time()
+    site.page(ok)
+    site.get("/")
+    site.page(twice)
+    site.get("/__scenarios")
+    site.page(twice)
+    site.page(ok)
+    site.get("/page/999")
+    after = time.time()
+
+    log = site.log()
+    assert all(set(entry) == {"path", "t", "status", "attempt"} for entry in log)
+    assert [(e["path"], e["status"], e["attempt"]) for e in log] == [
+        (f"/page/{ok}", 200, 1),
+        (f"/page/{twice}", 503, 1),
+        (f"/page/{twice}", 503, 2),
+        (f"/page/{ok}", 200, 2),
+        ("/page/999", 404, 1),
+    ]
+    times = [e["t"] for e in log]
+    assert all(isinstance(t, float) for t in times)
+    assert times == sorted(times)
+    assert before <= times[0] and times[-1] <= after
+
+
+def test_log_is_json(site: Site) -> None:
+    reply = site.get("/__log")
+    assert reply.status == 200
+    assert reply.headers["Content-Type"] == "application/json"
+    assert_framed(reply)
+    assert json.loads(reply.body) == []
+
+
+def test_scenarios_for_500_pages(start_site: Callable[..., Site]) -> None:
+    big = start_site("--pages", "500")
+    reply = big.get("/__scenarios")
+    assert reply.status == 200
+    assert_framed(reply)
+    table = json.loads(reply.body)
+    assert list(table) == [f"/page/{n}" for n in range(500)]
+
+    counts = Counter(entry["scenario"] for entry in table.values())
+    assert counts == {
+        "ok": 225,
+        "server_error_twice": 50,
+        "rate_limited": 50,
+        "timeout_once": 25,
+        "drop_once": 25,
+        "server_error_once": 25,
+        "not_found": 25,
+        "forbidden": 25,
+        "parse_once": 25,
+        "gone": 25,
+    }
+    dead = {
+        "not_found": "dead:not_found",
+        "gone": "dead:not_found",
+        "forbidden": "dead:forbidden",
+    }
+    for n in range(500):
+        entry = table[f"/page/{n}"]
+        assert entry["scenario"] == flaky_site.scenario_for(n)
+        assert entry["expected"] == dead.get(entry["scenario"], "parsed")
+
+
+def test_reset_clears_counters_and_log(site: Site) -> None:
+    n = first_page("server_error_twice")
+    assert [site.page(n).status for _ in range(3)] == [503, 503, 200]
+    assert len(site.log()) == 3
+
+    reply = site.request("POST", "/__reset")
+    assert reply.status == 204
+    assert reply.body == b""
+    assert site.log() == []
+
+    assert site.page(n).status == 503
+    assert [(e["status"], e["attempt"]) for e in site.log()] == [(503, 1)]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/nope", 404),
+        ("GET", f"/page/{PAGES}", 404),
+        ("GET", "/page/abc", 404),
+        ("GET", "/page/01", 404),
+        ("GET", "/__reset", 405),
+        ("POST", "/__log", 405),
+        ("POST", "/page/0", 404),
+        ("POST", "/nope", 404),
+    ],
+)
+def test_other_routes(site: Site, method: str, path: str, status: int) -> None:
+    reply = site.request(method, path)
+    assert reply.status == status
+    assert_framed(reply)
+
+
+def test_keep_alive_connection_serves_many_responses(site: Site) -> None:
+    paths = [f"/page/{first_page(s)}" for s in ("ok", "rate_limited", "not_found")]
+    paths += ["/", "/nope", paths[1]]
+    conn = http.client.HTTPConnection("127.0.0.1", site.port, timeout=5)
+    try:
+        statuses = []
+        for path in paths:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.version == 11
+            assert resp.headers["Connection"] != "close"
+            statuses.append(resp.status)
+    finally:
+        conn.close()
+    assert statuses == [200, 429, 404, 200, 404, 200]
+
+
+# -- shutdown ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_exits_cleanly(site: Site, sig: int) -> None:
+    assert site.page(first_page("ok")).status == 200
+    assert site.stop(sig) == 0
+    assert site.proc.stdout is not None
+    # Exactly one line was ever printed, and nothing went to stderr.
+    assert site.proc.stdout.read() == ""
+    assert site.stderr_path.read_text() == ""
+
+
+# -- in-process use ----------------------------------------------------------
+
+
+def test_run_in_process() -> None:
+    ready: list[Any] = []
+    thread = threading.Thread(
+        target=flaky_site.run,
+        kwargs={
+            "pages": 20,
+            "slow": 0.1,
+            "retry_after": 1,
+            "ready_callback": ready.append,
+        },
+        daemon=True,
+    )
+    thread.start()
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not ready:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    server = ready[0]
+    try:
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=5)
+        conn.request("GET", f"/page/{first_page('rate_limited')}")
+        resp = conn.getresponse()
+        resp.read()
+        conn.close()
+        assert resp.status == 429
+        assert resp.headers["Retry-After"] == "1"
+        assert server.url == f"http://127.0.0.1:{server.port}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+@pytest.fixture
+def in_process_server() -> Iterator[Any]:
+    server = flaky_site.make_server(pages=20, slow=0.1)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_make_server_state_is_inspectable(in_process_server: Any) -> None:
+    server = in_process_server
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=5)
+    try:
+        for _ in range(2):
+            conn.request("GET", "/page/1")
+            conn.getresponse().read()
+    finally:
+        conn.close()
+    assert [(e["path"], e["status"]) for e in server.state.log()] == [
+        ("/page/1", 503),
+        ("/page/1", 503),
+    ]
