@@ -20,7 +20,7 @@ demo: install
 
 test: install
 	bash scripts/ensure-services
-	$(PY) -m ruff check scrapy_retryqueue tests example_project benchmarks
+	$(PY) -m ruff check scrapy_retryqueue tests example_project
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install

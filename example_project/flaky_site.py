@@ -126,7 +126,7 @@ def scenarios_table(pages: int) -> dict[str, dict[str, str]]:
 class Plan:
     """What the server does for one request to a page."""
 
-    #: Status to answer with; None means close the connection without a response.
+    #: Status to answer with; None means hang up halfway through a 200 page.
     status: int | None
     #: Seconds to stall before answering.
     delay: float = 0.0
@@ -322,7 +322,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
             self._drop()
             return
         if plan.status is None:
-            self._drop()
+            self._drop_mid_response(page_html(n).encode())
             return
 
         if plan.status == 200:
@@ -368,6 +368,24 @@ class FlakyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return False
         return True
+
+    def _drop_mid_response(self, body: bytes) -> None:
+        """Promise a whole page, send half of it, hang up: a crashed upstream.
+
+        Hanging up before the first byte would not do: HTTP clients (Twisted's
+        among them) resend an idempotent request on their own when a reused
+        connection closes before any response, so the crawler never sees it.
+        """
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", _HTML)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+        except OSError:
+            pass
+        self._drop()
 
     def _drop(self) -> None:
         """Hang up without a byte of response, like a crashed upstream."""

@@ -11,12 +11,24 @@ from .extension import RetryQueueExtension
 from .middleware import RetryQueueMiddleware
 from .spidermiddleware import RetryQueueSpiderMiddleware
 
+STOCK_RETRY_MIDDLEWARE = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
+
 
 class Addon:
     """Swaps Scrapy's RetryMiddleware for ours; adds the spider middleware and extension."""
 
     def update_settings(self, settings: Any) -> None:
-        settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", RetryMiddleware, None)
+        # Disabled by its import path, the key Scrapy's base setting uses: Scrapy
+        # 2.13 does not match a class key against a path key when merging.
+        middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
+        for key in [k for k in middlewares if k is RetryMiddleware]:
+            del middlewares[key]
+        middlewares[STOCK_RETRY_MIDDLEWARE] = None
+        settings.set(
+            "DOWNLOADER_MIDDLEWARES",
+            middlewares,
+            settings.getpriority("DOWNLOADER_MIDDLEWARES") or 0,
+        )
         settings.set_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", RetryQueueMiddleware, DOWNLOADER_MIDDLEWARE_ORDER
         )

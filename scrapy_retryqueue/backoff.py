@@ -64,7 +64,8 @@ def parse_retry_after(value: bytes | str | None, *, now: float) -> float | None:
     value = value.strip()
     if not value:
         return None
-    if value.isdigit():
+    # isdigit() alone accepts "²" (latin-1 0xB2), which float() refuses.
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)

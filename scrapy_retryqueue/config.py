@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -73,7 +74,8 @@ def _number(
     bad_type = isinstance(value, bool) or not isinstance(value, (int, float))
     if whole and isinstance(value, float) and value.is_integer():
         value = int(value)
-    if bad_type or (whole and not isinstance(value, int)):
+    # NaN (e.g. -s NAME=nan) would pass every comparison below.
+    if bad_type or (whole and not isinstance(value, int)) or math.isnan(value):
         kind = "a whole number" if whole else "a number"
         raise ConfigError(f"{name} must be {kind}, got {value!r}")
     if value < minimum or (strict and value == minimum):
@@ -202,7 +204,11 @@ def redis_url_from_settings(settings: Any) -> str | None:
         url, name = f"redis://{host}:{port}", "REDIS_HOST/REDIS_PORT"
     if not url:
         return None
-    if not isinstance(url, str) or urlsplit(url).scheme not in _REDIS_SCHEMES:
+    try:
+        scheme = urlsplit(url).scheme if isinstance(url, str) else None
+    except ValueError:
+        scheme = None
+    if scheme not in _REDIS_SCHEMES:
         raise ConfigError(
             f"{name} must be a redis://, rediss:// or unix:// URL, got {redact_url(str(url))!r}"
         )
@@ -211,7 +217,10 @@ def redis_url_from_settings(settings: Any) -> str | None:
 
 def redact_url(url: str) -> str:
     """*url* with any password replaced, for logs and error messages."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
     if parts.password is None:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
@@ -220,7 +229,7 @@ def redact_url(url: str) -> str:
 
 def _log_level(settings: Any, name: str) -> int:
     value = _raw(settings, name)
-    level = logging.getLevelName(value) if isinstance(value, str) else value
+    level = logging.getLevelName(value.upper()) if isinstance(value, str) else value
     if not isinstance(level, int) or isinstance(level, bool):
         raise ConfigError(f"{name} must be a logging level like 'WARNING', got {value!r}")
     return level

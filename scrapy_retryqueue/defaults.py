@@ -105,6 +105,7 @@ EXCEPTION_KINDS: dict[str, str] = {
     "twisted.web._newclient.ResponseNeverReceived": "connection",
     "twisted.web._newclient.ResponseFailed": "connection",
     "scrapy.core.downloader.handlers.http11.TunnelError": "connection",
+    "builtins.TimeoutError": "timeout",
     # HttpCompressionMiddleware raises OSError on a truncated body.
     "builtins.OSError": "connection",
     "scrapy_retryqueue.exceptions.PermanentFailure": "rule",

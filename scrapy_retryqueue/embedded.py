@@ -140,6 +140,8 @@ def ensure_server(directory: Path) -> str:
 
 def stop_server(directory: Path) -> bool:
     """Stop the project's server; False when none was running."""
+    if not directory.is_dir():
+        return False
     with _locked(directory):
         if not is_running(directory):
             return False

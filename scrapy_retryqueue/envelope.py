@@ -116,7 +116,7 @@ def task_from_json(raw: str | bytes) -> Task:
             spider=doc["spider"],
             request=doc["request"],
             attempts=dict(attempts),
-            kind=str(doc.get("kind", "")),
+            kind=str(doc.get("kind") or ""),
             first_error=doc.get("first_error"),
             last_error=doc.get("last_error"),
             node=str(doc.get("node", "")),
@@ -162,7 +162,8 @@ def request_to_json(request: Request, spider: Any) -> dict[str, Any]:
     meta = {
         k: v
         for k, v in (d.get("meta") or {}).items()
-        if k not in TRANSIENT_META_KEYS and not k.startswith("_")
+        # A non-str key is kept so that check_json reports it by name.
+        if k not in TRANSIENT_META_KEYS and not (isinstance(k, str) and k.startswith("_"))
     }
     d["meta"] = check_json(meta, "meta")
     d["cb_kwargs"] = check_json(d.get("cb_kwargs") or {}, "cb_kwargs")

@@ -55,6 +55,8 @@ class RetryQueueExtension:
         self._last_renew = 0.0
         self._idle_since: float | None = None
         self._counts: Claimed | None = None
+        #: runtime.writes when the poll that read _counts started.
+        self._counts_writes = -1
         self._closing = False
 
     @classmethod
@@ -103,6 +105,7 @@ class RetryQueueExtension:
         if now - self._last_renew >= self.config.lease_time / 3:
             leases = dict(self.runtime.held)
             self._last_renew = now
+        writes_seen = self.runtime.writes
         token = self.runtime.new_lease_token()
         lease_ms = int(self.config.lease_time * 1000)
         max_reclaims = self.config.max_reclaims
@@ -115,7 +118,7 @@ class RetryQueueExtension:
             return TickResult(claimed, reclaimed, poisoned, lost, token)
 
         d = self.runtime.call_untracked(io)
-        d.addCallbacks(self._after_tick, self._tick_failed)
+        d.addCallbacks(self._after_tick, self._tick_failed, callbackArgs=(writes_seen,))
         d.addBoth(self._tick_done)
         if not d.called:
             self._ticking = d
@@ -127,9 +130,10 @@ class RetryQueueExtension:
         self.runtime.stats.inc_value("retryqueue/poll_error")
         logger.error("scrapy-retryqueue: poll failed: %s", failure.value)
 
-    def _after_tick(self, result: TickResult) -> None:
+    def _after_tick(self, result: TickResult, writes_seen: int) -> None:
         stats = self.runtime.stats
         self._counts = result.claimed
+        self._counts_writes = writes_seen
         if result.reclaimed:
             stats.inc_value("retryqueue/reclaimed", len(result.reclaimed))
         if result.poisoned:
@@ -192,7 +196,10 @@ class RetryQueueExtension:
         if self._closing or runtime.queue is None:
             return
         self.tick()
-        if runtime.busy or runtime.held or self._counts is None:
+        # Counts read before the latest write (a parse retry scheduled after
+        # the last poll, say) cannot tell that nothing is pending.
+        stale = self._counts is None or self._counts_writes != runtime.writes
+        if runtime.busy or runtime.held or stale:
             raise DontCloseSpider
         pending = self._counts.due + self._counts.leased
         if not pending:

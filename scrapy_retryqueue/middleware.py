@@ -5,6 +5,10 @@ downloader at once (its concurrency slot is free) and the extension brings it
 back when it is due. The request's errback receives a
 :class:`~scrapy_retryqueue.exceptions.RequestParked` failure for a parked
 attempt, and the real failure once the request is given up.
+
+Requests with ``callback=NO_CALLBACK`` (robots.txt, media pipeline downloads)
+are left alone: their caller awaits the download itself, so they cannot be
+parked and re-injected later.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
+from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from .classify import FailureInfo, classify_exception, classify_status
@@ -37,7 +42,7 @@ class RetryQueueMiddleware:
     async def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Request | Response:
-        if request.meta.get("dont_retry", False):
+        if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
             return response
         failure = classify_status(
             response.status,
@@ -59,7 +64,7 @@ class RetryQueueMiddleware:
             if not isinstance(exception, RequestParked):
                 self.runtime.ack(request, outcome="ignored")
             return None
-        if request.meta.get("dont_retry", False):
+        if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
             return None
         failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
         await self._park(request, failure)

@@ -5,6 +5,7 @@ Pure: the caller passes the random source and the clock.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -64,7 +65,13 @@ def _check_field(name: str, value: Any, *, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{where} must be a whole number >= 0, got {value!r}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    # NaN passes every comparison and inf cannot become a due time in ms.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise ConfigError(f"{where} must be a number >= 0, got {value!r}")
     if name == "multiplier" and value < 1:
         raise ConfigError(f"{where} must be >= 1, got {value!r}")

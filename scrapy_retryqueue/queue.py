@@ -223,6 +223,9 @@ class RedisDelayedQueue:
 
     def dead_letters(self, *, limit: int = 1000) -> list[tuple[str, str]]:
         """(task id, raw envelope) of dead letters, oldest first."""
+        if limit <= 0:
+            # ZRANGE 0 -1 would be the whole set.
+            return []
         ids = [_s(x) for x in self.client.zrange(self.keys.dead, 0, limit - 1)]
         if not ids:
             return []

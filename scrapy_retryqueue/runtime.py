@@ -107,6 +107,8 @@ class RetryQueueRuntime:
         self._claims = itertools.count()
         self._pool: ThreadPool | None = None
         self._pending: set[defer.Deferred[Any]] = set()
+        #: Writes submitted so far: queue counts read before the latest write are stale.
+        self.writes = 0
         self._meta_errors_logged: set[str] = set()
         self.audit: AuditLog | None = None
         if self.config.audit_log:
@@ -192,6 +194,7 @@ class RetryQueueRuntime:
         The spider stays open while such calls are pending (see :attr:`busy`).
         """
         d = self.call_untracked(fn, *args, **kwargs)
+        self.writes += 1
         self._pending.add(d)
 
         def done(result: Any) -> Any:

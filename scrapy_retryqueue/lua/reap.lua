@@ -26,9 +26,10 @@ for _, id in ipairs(ids) do
       redis.call('HDEL', KEYS[3], id)
       redis.call('HDEL', KEYS[5], id)
       redis.call('ZADD', KEYS[6], ARGV[1], id)
-      -- Envelopes are JSON objects: prefixing a member marks the final kind
-      -- without decoding and re-encoding the document here.
-      redis.call('HSET', KEYS[7], id, '{"dead_kind":"poison",' .. string.sub(envelope, 2))
+      -- Envelopes are JSON objects: appending a member marks the final kind
+      -- without decoding and re-encoding the document here (the last of two
+      -- equal keys wins when it is read).
+      redis.call('HSET', KEYS[7], id, string.sub(envelope, 1, -2) .. ',"dead_kind":"poison"}')
       redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*',
         'type', 'dead', 'id', id, 'kind', 'poison', 'reclaims', count, 'ts', ARGV[1])
       poisoned[#poisoned + 1] = id

@@ -11,12 +11,18 @@ import scrapy
 class FlakySpider(scrapy.Spider):
     name = "flaky"
 
-    def __init__(self, site: str = "http://127.0.0.1:8765", **kwargs: Any) -> None:
+    def __init__(
+        self, site: str = "http://127.0.0.1:8765", index: str = "true", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.site = site.rstrip("/")
+        # index=false starts from nothing: the crawl then runs only the retries
+        # that an earlier run left pending.
+        self.follow_index = index.lower() not in ("0", "false", "no")
 
     async def start(self) -> AsyncIterator[scrapy.Request]:
-        yield scrapy.Request(f"{self.site}/", callback=self.parse_index)
+        if self.follow_index:
+            yield scrapy.Request(f"{self.site}/", callback=self.parse_index)
 
     def parse_index(self, response: scrapy.http.Response) -> Iterator[scrapy.Request]:
         for href in response.css("a::attr(href)").getall():

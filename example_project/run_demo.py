@@ -1,0 +1,109 @@
+"""Run the demo end to end: start the flaky site, crawl it, say what happened.
+
+    python example_project/run_demo.py [--pages 500]
+
+With no Redis configured (the default here) the crawl uses the embedded server
+under example_project/.scrapy/retryqueue/, which keeps running for the next
+crawl; stop it with ``scrapy retryqueue server stop`` inside example_project/.
+Interrupt a run with Ctrl-C and start it again: the pending retries resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def start_site(pages: int) -> tuple[subprocess.Popen[str], str]:
+    site = subprocess.Popen(
+        [sys.executable, str(HERE / "flaky_site.py"), "--port", "0", "--pages", str(pages)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert site.stdout is not None
+    line = site.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        site.kill()
+        raise SystemExit(f"the flaky site did not start: {line!r}")
+    return site, line.removeprefix("listening on ")
+
+
+def summarize(spider: str, since_ms: int, items_path: Path) -> str:
+    os.chdir(HERE)
+    from scrapy.utils.project import get_project_settings
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.connection import client_for, embedded_dir
+    from scrapy_retryqueue.keys import keys_for
+
+    config = load_config(get_project_settings())
+    client, url = client_for(config.redis_url, embedded_directory=embedded_dir(config.embedded_dir))
+    keys = keys_for(spider)
+    scheduled: collections.Counter[str] = collections.Counter()
+    dead: collections.Counter[str] = collections.Counter()
+    retried: set[str] = set()
+    recovered: set[str] = set()
+    for _, fields in client.xrange(keys.events, min=f"{since_ms}-0"):
+        event = {k.decode(): v.decode() for k, v in fields.items()}
+        if event["type"] == "scheduled":
+            scheduled[event["kind"]] += 1
+            retried.add(event["url"])
+        elif event["type"] == "dead":
+            dead[event["kind"]] += 1
+        elif event["type"] == "succeeded":
+            recovered.add(event["url"])
+    parsed = [json.loads(line)["url"] for line in items_path.read_text().splitlines() if line]
+    pending = client.zcard(keys.due) + client.zcard(keys.leased)
+
+    def by_kind(counter: collections.Counter[str]) -> str:
+        return ", ".join(f"{kind} {n}" for kind, n in counter.most_common()) or "none"
+
+    first_try = len([u for u in parsed if u not in retried])
+    return "\n".join(
+        [
+            f"queue:              {url.split('?')[0]}",
+            f"parsed pages:       {len(parsed)} ({first_try} at the first try, "
+            f"{len(parsed) - first_try} after a retry)",
+            f"retries scheduled:  {sum(scheduled.values())} ({by_kind(scheduled)})",
+            f"recovered tasks:    {len(recovered)}",
+            f"dead letters:       {sum(dead.values())} ({by_kind(dead)})",
+            f"still pending:      {pending}",
+        ]
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=500)
+    args = parser.parse_args()
+    site, site_url = start_site(args.pages)
+    items = HERE / ".scrapy" / "demo-items.jsonl"
+    items.parent.mkdir(exist_ok=True)
+    started_ms = int(time.time() * 1000)
+    try:
+        print(f"flaky site with {args.pages} pages at {site_url}; crawling...", flush=True)
+        crawl = subprocess.run(
+            [
+                *(sys.executable, "-m", "scrapy.cmdline", "crawl", "flaky"),
+                *("-a", f"site={site_url}", "-O", str(items), "-s", "LOG_LEVEL=ERROR"),
+            ],
+            cwd=HERE,
+        )
+    finally:
+        site.terminate()
+        site.wait(10)
+    print()
+    print(summarize("flaky", started_ms, items))
+    return crawl.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,354 @@
+"""load_config: defaults, command-line strings, and one ConfigError per bad value."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_retryqueue import defaults
+from scrapy_retryqueue.config import load_config, redact_url, redis_url_from_settings
+from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.policy import Policy
+
+
+def _load(values=None, **cmdline):
+    settings = Settings(values or {})
+    for name, value in cmdline.items():
+        # What `scrapy crawl -s NAME=value` does: the value is a string.
+        settings.set(name, value, priority="cmdline")
+    return load_config(settings)
+
+
+# -- defaults ---------------------------------------------------------------------
+
+
+def test_defaults():
+    config = _load()
+    assert config.enabled is True
+    assert config.redis_url is None
+    assert config.poll_interval == 1.0
+    assert config.lease_time == 60.0
+    assert config.max_in_flight == 16
+    assert config.idle_timeout == 300.0
+    assert config.max_reclaims == 3
+    assert config.priority_adjust == 0
+    assert config.events_maxlen == 1_000_000
+    assert config.audit_log is None
+    assert config.audit_rotation == "100 MB"
+    assert config.audit_retention == "30 days"
+    assert config.embedded_dir is None
+    assert config.forbidden_log_level == logging.WARNING
+    assert dict(config.status_kinds) == defaults.STATUS_KINDS
+    assert config.policy_table.retry_after_max == 3600.0
+    assert config.policy_table.domain_policies == {}
+
+
+def test_default_policies_cover_every_kind():
+    policies = _load().policy_table.policies
+    assert set(policies) == set(defaults.POLICY_KINDS)
+    assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 5, "equal")
+    assert policies["rate_limited"] == Policy(True, 30.0, 2.0, 1800.0, 8, "equal")
+    for kind in defaults.PERMANENT_KINDS:
+        assert policies[kind].retry is False
+
+
+def test_default_exception_kinds_import():
+    from scrapy.exceptions import DownloadTimeoutError
+    from twisted.internet.error import DNSLookupError
+
+    kinds = _load().exception_kinds
+    assert kinds[DownloadTimeoutError] == "timeout"
+    assert kinds[DNSLookupError] == "dns"
+    assert kinds[OSError] == "connection"
+    assert all(isinstance(cls, type) for cls in kinds)
+
+
+def test_node_id_default_has_host_and_pid():
+    node_id = _load().node_id
+    assert node_id == f"{socket.gethostname()}:{os.getpid()}"
+    assert str(os.getpid()) in node_id
+
+
+def test_node_id_setting():
+    assert _load({"RETRYQUEUE_NODE_ID": "worker-7"}).node_id == "worker-7"
+
+
+@pytest.mark.parametrize("concurrent", [1, 7, 64])
+def test_max_in_flight_defaults_to_concurrent_requests(concurrent):
+    assert _load({"CONCURRENT_REQUESTS": concurrent}).max_in_flight == concurrent
+
+
+def test_max_in_flight_setting_wins():
+    config = _load({"CONCURRENT_REQUESTS": 64, "RETRYQUEUE_MAX_IN_FLIGHT": 5})
+    assert config.max_in_flight == 5
+
+
+def test_user_policies_merge_key_by_key():
+    config = _load({"RETRYQUEUE_POLICIES": {"timeout": {"max_retries": 1}}})
+    policies = config.policy_table.policies
+    assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 1, "equal")
+    assert policies["connection"] == Policy(True, 5.0, 2.0, 300.0, 5, "equal")
+
+
+def test_status_kinds_merge_add_and_remove():
+    config = _load({"RETRYQUEUE_STATUS_KINDS": {"418": "rule", 404: None, "403": "server_error"}})
+    assert config.status_kinds[418] == "rule"
+    assert 404 not in config.status_kinds
+    assert config.status_kinds[403] == "server_error"
+    assert config.status_kinds[410] == "not_found"
+
+
+def test_exception_kinds_merge_add_and_remove():
+    config = _load(
+        {"RETRYQUEUE_EXCEPTION_KINDS": {"builtins.KeyError": "parse", "builtins.OSError": None}}
+    )
+    assert config.exception_kinds[KeyError] == "parse"
+    assert OSError not in config.exception_kinds
+
+
+def test_exception_kinds_accept_a_class_object():
+    config = _load({"RETRYQUEUE_EXCEPTION_KINDS": {LookupError: "parse"}})
+    assert config.exception_kinds[LookupError] == "parse"
+
+
+def test_other_settings_read():
+    config = _load(
+        {
+            "RETRYQUEUE_ENABLED": False,
+            "RETRYQUEUE_POLL_INTERVAL": 0.5,
+            "RETRYQUEUE_LEASE_TIME": 1.5,
+            "RETRYQUEUE_IDLE_TIMEOUT": 0,
+            "RETRYQUEUE_MAX_RECLAIMS": 0,
+            "RETRYQUEUE_PRIORITY_ADJUST": -10,
+            "RETRYQUEUE_EVENTS_MAXLEN": 1,
+            "RETRYQUEUE_RETRY_AFTER_MAX": 60,
+            "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": logging.DEBUG,
+            "RETRYQUEUE_AUDIT_LOG": "audit.log",
+            "RETRYQUEUE_EMBEDDED_DIR": "/tmp/rq",
+        }
+    )
+    assert config.enabled is False
+    assert config.poll_interval == 0.5
+    assert config.lease_time == 1.5
+    assert config.idle_timeout == 0.0
+    assert config.max_reclaims == 0
+    assert config.priority_adjust == -10
+    assert config.events_maxlen == 1
+    assert config.policy_table.retry_after_max == 60.0
+    assert config.forbidden_log_level == logging.DEBUG
+    assert config.audit_log == "audit.log"
+    assert config.embedded_dir == "/tmp/rq"
+
+
+# -- command-line strings ---------------------------------------------------------
+
+
+def test_json_policies_from_command_line():
+    config = _load(RETRYQUEUE_POLICIES='{"timeout": {"max_retries": 1}}')
+    assert config.policy_table.policies["timeout"].max_retries == 1
+    assert config.policy_table.policies["timeout"].base_delay == 3.0
+
+
+def test_json_mappings_from_command_line():
+    config = _load(
+        RETRYQUEUE_DOMAIN_POLICIES='{"example.com": {"dns": {"max_retries": 0}}}',
+        RETRYQUEUE_STATUS_KINDS='{"404": null, "599": "server_error"}',
+        RETRYQUEUE_EXCEPTION_KINDS='{"builtins.KeyError": "parse"}',
+    )
+    assert config.policy_table.policy_for("dns", "example.com").max_retries == 0
+    assert 404 not in config.status_kinds
+    assert config.status_kinds[599] == "server_error"
+    assert config.exception_kinds[KeyError] == "parse"
+
+
+def test_scalars_from_command_line():
+    config = _load(
+        RETRYQUEUE_ENABLED="false",
+        RETRYQUEUE_POLL_INTERVAL="0.25",
+        RETRYQUEUE_LEASE_TIME="30",
+        RETRYQUEUE_MAX_IN_FLIGHT="8",
+        RETRYQUEUE_MAX_RECLAIMS="5",
+        RETRYQUEUE_FORBIDDEN_LOG_LEVEL="INFO",
+    )
+    assert config.enabled is False
+    assert config.poll_interval == 0.25
+    assert config.lease_time == 30.0
+    assert config.max_in_flight == 8
+    assert config.max_reclaims == 5
+    assert config.forbidden_log_level == logging.INFO
+
+
+@pytest.mark.parametrize(
+    ("raw", "enabled"), [("1", True), ("0", False), ("True", True), (0, False)]
+)
+def test_enabled_spellings(raw, enabled):
+    assert _load({"RETRYQUEUE_ENABLED": raw}).enabled is enabled
+
+
+# -- bad values -------------------------------------------------------------------
+
+BAD = [
+    # RETRYQUEUE_POLICIES
+    ("RETRYQUEUE_POLICIES", {"bogus": {"max_retries": 1}}, ["'bogus'"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"speed": 1}}, ["'timeout'", "'speed'"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"jitter": "wild"}}, ["['jitter']", "'wild'"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"base_delay": -1}}, ["['base_delay']", "-1"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"max_delay": -5.5}}, ["['max_delay']", "-5.5"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"retry": "yes"}}, ["['retry']", "'yes'"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"max_retries": 1.5}}, ["['max_retries']", "1.5"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"multiplier": 0.5}}, ["['multiplier']", "0.5"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": {"base_delay": 500}}, ["max_delay (120.0)", "500.0"]),
+    ("RETRYQUEUE_POLICIES", {"timeout": 5}, ["['timeout']", "got 5"]),
+    ("RETRYQUEUE_POLICIES", [1, 2], ["[1, 2]"]),
+    ("RETRYQUEUE_POLICIES", "{not json", ["'{not json'"]),
+    ("RETRYQUEUE_POLICIES", "[3]", ["[3]"]),
+    ("RETRYQUEUE_POLICIES", '{"timeout": {"base_delay": NaN}}', ["['base_delay']", "nan"]),
+    # RETRYQUEUE_DOMAIN_POLICIES
+    ("RETRYQUEUE_DOMAIN_POLICIES", {"example.com": {"bogus": {}}}, ["'example.com'", "'bogus'"]),
+    (
+        "RETRYQUEUE_DOMAIN_POLICIES",
+        {"example.com": {"timeout": {"jitter": "x"}}},
+        ["['example.com']['timeout']['jitter']", "'x'"],
+    ),
+    (
+        "RETRYQUEUE_DOMAIN_POLICIES",
+        {"example.com": {"timeout": {"speed": 2}}},
+        ["'example.com'", "'speed'"],
+    ),
+    ("RETRYQUEUE_DOMAIN_POLICIES", {"https://example.com/": {}}, ["'https://example.com/'"]),
+    ("RETRYQUEUE_DOMAIN_POLICIES", {"": {}}, ["''"]),
+    ("RETRYQUEUE_DOMAIN_POLICIES", {"example.com": 5}, ["'example.com'", "got 5"]),
+    ("RETRYQUEUE_DOMAIN_POLICIES", ["example.com"], ["['example.com']"]),
+    ("RETRYQUEUE_DOMAIN_POLICIES", "example.com", ["'example.com'"]),
+    # RETRYQUEUE_STATUS_KINDS
+    ("RETRYQUEUE_STATUS_KINDS", {"abc": "timeout"}, ["'abc'"]),
+    ("RETRYQUEUE_STATUS_KINDS", {"700": "server_error"}, ["'700'"]),
+    ("RETRYQUEUE_STATUS_KINDS", {99: "server_error"}, ["99"]),
+    ("RETRYQUEUE_STATUS_KINDS", {"404": "boom"}, ["'404'", "'boom'"]),
+    ("RETRYQUEUE_STATUS_KINDS", {"404": "poison"}, ["'404'", "'poison'"]),
+    ("RETRYQUEUE_STATUS_KINDS", [404], ["[404]"]),
+    # RETRYQUEUE_EXCEPTION_KINDS
+    ("RETRYQUEUE_EXCEPTION_KINDS", {"nope.missing.Error": "timeout"}, ["'nope.missing.Error'"]),
+    ("RETRYQUEUE_EXCEPTION_KINDS", {"builtins.NoSuchError": "timeout"}, ["'builtins.NoSuchError'"]),
+    ("RETRYQUEUE_EXCEPTION_KINDS", {"NoDots": "timeout"}, ["'NoDots'"]),
+    ("RETRYQUEUE_EXCEPTION_KINDS", {"os.path.join": "timeout"}, ["'os.path.join'"]),
+    ("RETRYQUEUE_EXCEPTION_KINDS", {"builtins.dict": "timeout"}, ["'builtins.dict'"]),
+    ("RETRYQUEUE_EXCEPTION_KINDS", {"builtins.ValueError": "boom"}, ["ValueError", "'boom'"]),
+    ("RETRYQUEUE_EXCEPTION_KINDS", ["builtins.ValueError"], ["['builtins.ValueError']"]),
+    # Scalars
+    ("RETRYQUEUE_POLL_INTERVAL", 0, ["> 0", "got 0"]),
+    ("RETRYQUEUE_POLL_INTERVAL", -1, ["got -1"]),
+    ("RETRYQUEUE_POLL_INTERVAL", "abc", ["'abc'"]),
+    ("RETRYQUEUE_POLL_INTERVAL", "nan", ["nan"]),
+    ("RETRYQUEUE_POLL_INTERVAL", True, ["True"]),
+    ("RETRYQUEUE_LEASE_TIME", 2, ["RETRYQUEUE_POLL_INTERVAL", "(2)"]),
+    ("RETRYQUEUE_LEASE_TIME", 0, ["got 0"]),
+    ("RETRYQUEUE_MAX_IN_FLIGHT", 0, [">= 1", "got 0"]),
+    ("RETRYQUEUE_MAX_IN_FLIGHT", 1.5, ["whole number", "1.5"]),
+    ("RETRYQUEUE_MAX_IN_FLIGHT", "many", ["'many'"]),
+    ("RETRYQUEUE_IDLE_TIMEOUT", -1, ["got -1"]),
+    ("RETRYQUEUE_IDLE_TIMEOUT", "soon", ["'soon'"]),
+    ("RETRYQUEUE_MAX_RECLAIMS", -1, ["got -1"]),
+    ("RETRYQUEUE_MAX_RECLAIMS", 2.5, ["2.5"]),
+    ("RETRYQUEUE_MAX_RECLAIMS", "x", ["'x'"]),
+    ("RETRYQUEUE_EVENTS_MAXLEN", 0, [">= 1", "got 0"]),
+    ("RETRYQUEUE_RETRY_AFTER_MAX", -5, ["got -5"]),
+    ("RETRYQUEUE_PRIORITY_ADJUST", "high", ["'high'"]),
+    ("RETRYQUEUE_ENABLED", "maybe", ["'maybe'"]),
+    ("RETRYQUEUE_ENABLED", 2, ["got 2"]),
+    ("RETRYQUEUE_FORBIDDEN_LOG_LEVEL", "LOUD", ["'LOUD'"]),
+    ("RETRYQUEUE_FORBIDDEN_LOG_LEVEL", 1.5, ["1.5"]),
+    ("RETRYQUEUE_NODE_ID", 42, ["42"]),
+    ("RETRYQUEUE_REDIS_URL", "http://x", ["'http://x'"]),
+    ("RETRYQUEUE_REDIS_URL", "localhost:6379", ["'localhost:6379'"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragments"), BAD, ids=[f"{n}-{v!r}"[:60] for n, v, _ in BAD]
+)
+def test_bad_value_names_the_setting_and_value(name, value, fragments):
+    with pytest.raises(ConfigError) as info:
+        _load({name: value})
+    message = str(info.value)
+    assert name in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_lease_shorter_than_three_polls_names_both():
+    with pytest.raises(ConfigError) as info:
+        _load({"RETRYQUEUE_POLL_INTERVAL": 30})
+    message = str(info.value)
+    assert "RETRYQUEUE_LEASE_TIME (60.0)" in message
+    assert "RETRYQUEUE_POLL_INTERVAL (30)" in message
+
+
+def test_lease_of_exactly_three_polls_is_fine():
+    config = _load({"RETRYQUEUE_POLL_INTERVAL": 2, "RETRYQUEUE_LEASE_TIME": 6})
+    assert config.lease_time == 6.0
+
+
+def test_bad_redis_url_password_is_redacted():
+    with pytest.raises(ConfigError) as info:
+        _load({"RETRYQUEUE_REDIS_URL": "http://admin:hunter2@cache:6379/0"})
+    message = str(info.value)
+    assert "hunter2" not in message
+    assert "'http://admin:***@cache:6379/0'" in message
+    assert "RETRYQUEUE_REDIS_URL" in message
+
+
+# -- redis_url_from_settings --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, None),
+        ({"RETRYQUEUE_REDIS_URL": "redis://a:1/0", "REDIS_URL": "redis://b:2/0"}, "redis://a:1/0"),
+        (
+            {"RETRYQUEUE_REDIS_URL": "redis://a:1/0", "REDIS_HOST": "h", "REDIS_PORT": 3},
+            "redis://a:1/0",
+        ),
+        ({"REDIS_URL": "rediss://b:2/0", "REDIS_HOST": "h", "REDIS_PORT": 3}, "rediss://b:2/0"),
+        ({"REDIS_HOST": "h", "REDIS_PORT": 6380}, "redis://h:6380"),
+        ({"REDIS_HOST": "h"}, "redis://h:6379"),
+        ({"REDIS_PORT": 7000}, "redis://localhost:7000"),
+        ({"RETRYQUEUE_REDIS_URL": "unix:///tmp/redis.sock"}, "unix:///tmp/redis.sock"),
+        ({"RETRYQUEUE_REDIS_URL": ""}, None),
+    ],
+)
+def test_redis_url_fallbacks(values, expected):
+    assert redis_url_from_settings(Settings(values)) == expected
+    assert _load(values).redis_url == expected
+
+
+def test_bad_scrapy_redis_url_names_redis_url():
+    with pytest.raises(ConfigError) as info:
+        redis_url_from_settings(Settings({"REDIS_URL": "mysql://u:pw@db/x"}))
+    message = str(info.value)
+    assert message.startswith("REDIS_URL ")
+    assert "'mysql://u:***@db/x'" in message
+    assert "pw@" not in message
+
+
+# -- redact_url -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("redis://user:secret@h:6379/0", "redis://user:***@h:6379/0"),
+        ("redis://:secret@h/0", "redis://:***@h/0"),
+        ("rediss://user:p%40ss@h", "rediss://user:***@h"),
+        ("unix:///tmp/r.sock", "unix:///tmp/r.sock"),
+        ("redis://user@h", "redis://user@h"),
+    ],
+)
+def test_redact_url(url, expected):
+    assert redact_url(url) == expected
