@@ -58,6 +58,7 @@ NOT_FOUND: Final = "not_found"
 FORBIDDEN: Final = "forbidden"
 PARSE_ONCE: Final = "parse_once"
 GONE: Final = "gone"
+RATE_LIMITED_THRICE: Final = "rate_limited_thrice"
 
 #: The fixed cycle of scenarios; page N gets ``SCENARIOS[N % 20]``. Failures are
 #: spread through the cycle so that any prefix of the pages (a short demo crawl)
@@ -98,14 +99,46 @@ EXPECTED: Final[dict[str, str]] = {
     FORBIDDEN: "dead:forbidden",
     PARSE_ONCE: "parsed",
     GONE: "dead:not_found",
+    RATE_LIMITED_THRICE: "parsed",
+}
+
+#: Other cycles than the demo's, chosen with ``--mix``: ``healthy`` (every page
+#: answers at once, to measure overhead) and ``bench`` (20% of pages answer 429
+#: three times, 10% 503 twice, the rest at once: the benchmark's fault mix).
+MIXES: Final[dict[str, tuple[str, ...]]] = {
+    "demo": SCENARIOS,
+    "healthy": (OK,),
+    "bench": (
+        RATE_LIMITED_THRICE,
+        OK,
+        OK,
+        SERVER_ERROR_TWICE,
+        OK,
+        OK,
+        RATE_LIMITED_THRICE,
+        OK,
+        OK,
+        OK,
+        RATE_LIMITED_THRICE,
+        OK,
+        OK,
+        SERVER_ERROR_TWICE,
+        OK,
+        OK,
+        OK,
+        RATE_LIMITED_THRICE,
+        OK,
+        OK,
+    ),
 }
 
 
-def scenario_for(n: int) -> str:
-    """The scenario of ``/page/n``."""
+def scenario_for(n: int, mix: str = "demo") -> str:
+    """The scenario of ``/page/n`` in a site of the given mix."""
     if n < 0:
         raise ValueError(f"page number must be >= 0, got {n}")
-    return SCENARIOS[n % len(SCENARIOS)]
+    cycle = MIXES[mix]
+    return cycle[n % len(cycle)]
 
 
 def expected_for(scenario: str) -> str:
@@ -113,11 +146,11 @@ def expected_for(scenario: str) -> str:
     return EXPECTED[scenario]
 
 
-def scenarios_table(pages: int) -> dict[str, dict[str, str]]:
+def scenarios_table(pages: int, mix: str = "demo") -> dict[str, dict[str, str]]:
     """Path -> ``{"scenario", "expected"}`` for every page of a site."""
     table: dict[str, dict[str, str]] = {}
     for n in range(pages):
-        scenario = scenario_for(n)
+        scenario = scenario_for(n, mix)
         table[page_path(n)] = {"scenario": scenario, "expected": expected_for(scenario)}
     return table
 
@@ -150,6 +183,8 @@ def plan_for(scenario: str, attempt: int, *, slow: float, retry_after: int) -> P
             return Plan(503) if attempt <= 2 else Plan(200)
         case "rate_limited":
             return Plan(429, retry_after=retry_after) if first else Plan(200)
+        case "rate_limited_thrice":
+            return Plan(429, retry_after=retry_after) if attempt <= 3 else Plan(200)
         case "timeout_once":
             return Plan(200, delay=slow) if first else Plan(200)
         case "drop_once":
@@ -289,7 +324,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
         elif path == "/__log":
             self._send_json(self.server.state.log())
         else:
-            self._send_json(scenarios_table(self.server.pages))
+            self._send_json(scenarios_table(self.server.pages, self.server.mix))
 
     def do_POST(self) -> None:
         self._discard_body()
@@ -309,7 +344,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
         n = int(match[1]) if match else -1
         decide: Callable[[int], Plan]
         if 0 <= n < server.pages:
-            scenario = scenario_for(n)
+            scenario = scenario_for(n, server.mix)
             decide = partial(plan_for, scenario, slow=server.slow, retry_after=server.retry_after)
         else:
             scenario = None
@@ -318,7 +353,8 @@ class FlakyHandler(BaseHTTPRequestHandler):
 
         # Waiting on the stop event rather than sleeping lets shutdown cut
         # stalled responses short instead of answering them late.
-        if plan.delay and server.stopping.wait(plan.delay):
+        delay = plan.delay + server.latency
+        if delay and server.stopping.wait(delay):
             self._drop()
             return
         if plan.status is None:
@@ -416,6 +452,9 @@ class FlakyServer(ThreadingHTTPServer):
     # Threads stalled in a slow response or idling on a kept-alive connection
     # must not hold up server_close().
     block_on_close = False
+    # The default backlog of 5 refuses connections when a crawler opens dozens
+    # at once: failures that are the server's, not the scenario's.
+    request_queue_size = 1024
 
     def __init__(
         self,
@@ -424,10 +463,17 @@ class FlakyServer(ThreadingHTTPServer):
         pages: int = 500,
         slow: float = 5.0,
         retry_after: int = 2,
+        latency: float = 0.0,
+        mix: str = "demo",
     ) -> None:
-        if pages < 0 or slow < 0 or retry_after < 0:
-            raise ValueError("pages, slow and retry_after must be >= 0")
+        if mix not in MIXES:
+            raise ValueError(f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
+        self.mix = mix
+        if pages < 0 or slow < 0 or retry_after < 0 or latency < 0:
+            raise ValueError("pages, slow, retry_after and latency must be >= 0")
         self.pages = pages
+        #: Added to every page's answer: keeps requests in flight for fleet tests.
+        self.latency = latency
         self.slow = slow
         self.retry_after = retry_after
         self.state = SiteState()
@@ -464,12 +510,16 @@ def make_server(
     pages: int = 500,
     slow: float = 5.0,
     retry_after: int = 2,
+    latency: float = 0.0,
+    mix: str = "demo",
 ) -> FlakyServer:
     """A bound, listening server; drive it with ``serve_forever()``.
 
     Stop it with ``shutdown()`` from another thread, then ``server_close()``.
     """
-    return FlakyServer((host, port), pages=pages, slow=slow, retry_after=retry_after)
+    return FlakyServer(
+        (host, port), pages=pages, slow=slow, retry_after=retry_after, latency=latency, mix=mix
+    )
 
 
 def run(
@@ -479,13 +529,15 @@ def run(
     slow: float = 5.0,
     retry_after: int = 2,
     ready_callback: Callable[[FlakyServer], object] | None = None,
+    latency: float = 0.0,
+    mix: str = "demo",
 ) -> None:
     """Serve until ``shutdown()`` is called on the server.
 
     ``ready_callback(server)`` runs once the socket is listening, before serving
     starts; it is where callers learn the port and get a handle to stop it.
     """
-    server = make_server(host, port, pages, slow, retry_after)
+    server = make_server(host, port, pages, slow, retry_after, latency, mix)
     try:
         if ready_callback is not None:
             ready_callback(server)
@@ -522,9 +574,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pages", type=int, default=500)
     parser.add_argument("--slow", type=float, default=5.0, help="stall of timeout_once pages, s")
     parser.add_argument("--retry-after", type=int, default=2, help="Retry-After sent with 429s, s")
+    parser.add_argument("--latency", type=float, default=0.0, help="added to every page, s")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="demo", help="cycle of scenarios")
     parser.add_argument("--port-file", type=Path, help="write the bound port here")
     args = parser.parse_args(argv)
-    for name in ("pages", "slow", "retry_after"):
+    for name in ("pages", "slow", "retry_after", "latency"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
@@ -545,7 +599,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write_port_file(args.port_file, server.port)
         print(f"listening on {server.url}", flush=True)
 
-    run(args.host, args.port, args.pages, args.slow, args.retry_after, ready)
+    run(
+        args.host, args.port, args.pages, args.slow, args.retry_after, ready, args.latency, args.mix
+    )
     return 0
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def start_site(pages: int) -> tuple[subprocess.Popen[str], str]:
+def start_site(pages: int, port: int) -> tuple[subprocess.Popen[str], str]:
     site = subprocess.Popen(
-        [sys.executable, str(HERE / "flaky_site.py"), "--port", "0", "--pages", str(pages)],
+        [sys.executable, str(HERE / "flaky_site.py"), "--port", str(port), "--pages", str(pages)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -76,15 +76,55 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
             f"recovered tasks:    {len(recovered)}",
             f"dead letters:       {sum(dead.values())} ({by_kind(dead)})",
             f"still pending:      {pending}",
+            *stored_dead_letters(spider, since_ms),
         ]
     )
+
+
+def stored_dead_letters(spider: str, since_ms: int) -> list[str]:
+    """Where the dead letters ended up (the SQL store), and how to export them."""
+    from datetime import UTC, datetime
+
+    from scrapy.utils.project import get_project_settings
+    from sqlalchemy import func, select
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.connection import embedded_dir
+    from scrapy_retryqueue.store import Store, StoreError, load_store_config
+
+    settings = get_project_settings()
+    config = load_config(settings)
+    url = load_store_config(settings).url_for(embedded_dir(config.embedded_dir))
+    try:
+        store = Store(url)
+        table = store.table
+        since = datetime.fromtimestamp(since_ms / 1000, UTC)
+        with store.connect() as conn:
+            stored = conn.execute(
+                select(func.count())
+                .select_from(table)
+                .where(table.c.spider == spider, table.c.status == "dead")
+                .where(table.c.finished_at >= since)
+            ).scalar_one()
+        store.close()
+    except StoreError as exc:
+        return [f"dead letter store: {exc}"]
+    return [
+        f"store:              {stored} dead letters of this run, in {store.safe_url}",
+        "export them:        cd example_project && "
+        f"scrapy deadletters export --spider {spider} -o dead.csv",
+        f"queue status:       cd example_project && scrapy retryqueue status --spider {spider}",
+    ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=500)
+    # A fixed port: retries left pending by an interrupted run name this site,
+    # and the next run must serve them at the same address.
+    parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
-    site, site_url = start_site(args.pages)
+    site, site_url = start_site(args.pages, args.port)
     items = HERE / ".scrapy" / "demo-items.jsonl"
     items.parent.mkdir(exist_ok=True)
     started_ms = int(time.time() * 1000)

@@ -31,6 +31,9 @@ class Config:
     enabled: bool
     #: None means: use the embedded server.
     redis_url: str | None
+    redis_cluster: bool
+    spool_memory: int
+    spool_max: int
     policy_table: PolicyTable
     status_kinds: Mapping[int, str]
     exception_kinds: Mapping[type, str]
@@ -264,6 +267,9 @@ def load_config(settings: Any) -> Config:
     return Config(
         enabled=_bool(settings, "RETRYQUEUE_ENABLED"),
         redis_url=redis_url_from_settings(settings),
+        redis_cluster=_bool(settings, "RETRYQUEUE_REDIS_CLUSTER"),
+        spool_memory=_number(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
+        spool_max=_number(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),
         policy_table=_policies(settings),
         status_kinds=_status_kinds(settings),
         exception_kinds=_exception_kinds(settings),

@@ -115,6 +115,12 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_ENABLED": True,
     #: None: use scrapy-redis's REDIS_URL / REDIS_HOST + REDIS_PORT, else embedded.
     "RETRYQUEUE_REDIS_URL": None,
+    #: Talk to the URL as a Redis Cluster (any node's address will do).
+    "RETRYQUEUE_REDIS_CLUSTER": False,
+    #: Writes held in memory while Redis is unreachable, before a file takes them.
+    "RETRYQUEUE_SPOOL_MEMORY": 10_000,
+    #: Writes the local spool holds at most; past it a failure goes to its errback.
+    "RETRYQUEUE_SPOOL_MAX": 1_000_000,
     "RETRYQUEUE_POLICIES": {},
     "RETRYQUEUE_DOMAIN_POLICIES": {},
     "RETRYQUEUE_STATUS_KINDS": {},
@@ -157,3 +163,40 @@ TRANSIENT_META_KEYS = frozenset(
 DOWNLOADER_MIDDLEWARE_ORDER = 550
 SPIDER_MIDDLEWARE_ORDER = 950
 EXTENSION_ORDER = 500
+
+#: The SQL store (failure history and dead letters); validated by store/config.py.
+STORE_SETTINGS: dict[str, Any] = {
+    #: Run the store writer during crawls (needs RETRYQUEUE_ENABLED too).
+    "RETRYQUEUE_STORE_ENABLED": True,
+    #: SQLAlchemy URL (postgresql://user@host/db); None: SQLite under the embedded dir.
+    "RETRYQUEUE_DATABASE_URL": None,
+    #: Events written per database transaction, at most.
+    "RETRYQUEUE_STORE_BATCH_SIZE": 500,
+    #: How long the writer waits for new events before it looks again, seconds.
+    "RETRYQUEUE_STORE_INTERVAL": 1.0,
+    #: Longest wait between two tries while the database is down, seconds.
+    "RETRYQUEUE_STORE_RETRY_MAX": 30.0,
+    #: Events read but not acknowledged by another node for this long are taken
+    #: over (that node died between reading and writing them), seconds.
+    "RETRYQUEUE_STORE_CLAIM_IDLE": 60.0,
+    #: How long a closing spider keeps trying to write what is left, seconds;
+    #: whatever is still unwritten waits in Redis for the next crawl.
+    "RETRYQUEUE_STORE_CLOSE_TIMEOUT": 30.0,
+    #: Create the schema in an empty database on first use (an older schema is
+    #: never upgraded implicitly: run ``scrapy deadletters migrate``).
+    "RETRYQUEUE_STORE_CREATE_SCHEMA": True,
+    #: Delete dead letters older than this many days; None: keep them forever.
+    "RETRYQUEUE_DEAD_RETENTION": None,
+    #: Delete succeeded / cancelled tasks older than this many days; None: keep them.
+    "RETRYQUEUE_HISTORY_RETENTION": None,
+}
+SETTINGS.update(STORE_SETTINGS)
+
+#: Consumer group of the store writers on each spider's events stream.
+STORE_CONSUMER_GROUP = "store"
+#: File name of the default SQLite store, in the embedded dir.
+STORE_SQLITE_NAME = "retryqueue.sqlite3"
+#: Task statuses in the store.
+TASK_STATUSES = ("waiting", "retrying", "succeeded", "dead", "cancelled")
+#: Right after the retry queue's own extension (EXTENSION_ORDER).
+STORE_EXTENSION_ORDER = 510

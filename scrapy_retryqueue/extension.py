@@ -18,22 +18,24 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
-from twisted.internet.task import LoopingCall
 
 from .classify import failure_for_kind
 from .defaults import META_TASK
 from .envelope import EnvelopeError, request_from_json, task_from_json
 from .queue import Claimed
-from .runtime import RetryQueueRuntime, TaskHandle, now_ms, runtime_for
+from .runtime import CONNECTION_ERRORS, RetryQueueRuntime, now_ms, runtime_for, task_ref
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from twisted.internet.base import DelayedCall
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 
 _REAP_BATCH = 500
+#: Polls come at most this often (seconds), even when tasks fall due faster.
+MIN_POLL = 0.05
 
 
 @dataclass(slots=True)
@@ -50,7 +52,7 @@ class RetryQueueExtension:
         self.crawler = crawler
         self.runtime = runtime
         self.config = runtime.config
-        self._loop: LoopingCall | None = None
+        self._timer: DelayedCall | None = None
         self._ticking: defer.Deferred[Any] | None = None
         self._last_renew = 0.0
         self._idle_since: float | None = None
@@ -71,16 +73,12 @@ class RetryQueueExtension:
 
     async def spider_opened(self, spider: Spider) -> None:
         await self.runtime.open(spider)
-        self._loop = LoopingCall(self.tick)
-        self._loop.start(self.config.poll_interval, now=True).addErrback(self._loop_failed)
-
-    def _loop_failed(self, failure: Failure) -> None:
-        logger.error("scrapy-retryqueue: poll loop stopped: %s", failure.getTraceback())
+        self.tick()
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         self._closing = True
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
         if self._ticking is not None:
             # Its claims must be known before the node releases what it holds.
             await maybe_deferred_to_future(self._ticking)
@@ -98,6 +96,14 @@ class RetryQueueExtension:
     def tick(self) -> None:
         queue = self.runtime.queue
         if self._ticking is not None or self._closing or queue is None:
+            return
+        if self.runtime.down or len(self.runtime.spool):
+            # Nothing is claimed until the spool is replayed, to keep writes in order.
+            recovering = self.runtime.recover()
+            if recovering is not None:
+                recovering.addBoth(self._tick_done)
+                if not recovering.called:
+                    self._ticking = recovering
             return
         now = time.time()
         room = max(0, self.config.max_in_flight - len(self.runtime.held))
@@ -125,8 +131,45 @@ class RetryQueueExtension:
 
     def _tick_done(self, _: Any) -> None:
         self._ticking = None
+        self._arm(self._next_delay())
+
+    def _next_delay(self) -> float:
+        """Seconds until the next poll: the poll interval, or sooner when the
+        next task falls due before it (so a retry waits for its due time, not
+        for the next round), never more often than every MIN_POLL seconds."""
+        poll = self.config.poll_interval
+        counts = self._counts
+        if counts is None or counts.next_due is None or self.runtime.down:
+            return poll
+        until = counts.next_due / 1000 - time.time()
+        if until > 0:
+            return min(poll, max(min(MIN_POLL, poll), until))
+        has_room = len(self.runtime.held) < self.config.max_in_flight
+        # Due already: the last claim was capped by its batch, or by room.
+        return min(MIN_POLL, poll) if has_room else poll
+
+    def _arm(self, delay: float) -> None:
+        from twisted.internet import reactor
+
+        if self._closing:
+            return
+        if self._timer is not None and self._timer.active():
+            if self._timer.getTime() <= reactor.seconds() + delay:
+                return
+            self._timer.cancel()
+        self._timer = reactor.callLater(delay, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self.tick()
+        if self._ticking is None:
+            # Nothing to do this time (not open yet, or a poll could not start).
+            self._arm(self.config.poll_interval)
 
     def _tick_failed(self, failure: Failure) -> None:
+        if failure.check(*CONNECTION_ERRORS):
+            self.runtime.mark_down(failure.value)
+            return
         self.runtime.stats.inc_value("retryqueue/poll_error")
         logger.error("scrapy-retryqueue: poll failed: %s", failure.value)
 
@@ -166,8 +209,7 @@ class RetryQueueExtension:
         except EnvelopeError as exc:
             self._dead_malformed(task_id, raw, token, exc)
             return
-        request.meta[META_TASK] = TaskHandle(task, token)
-        request.priority += self.config.priority_adjust
+        request.meta[META_TASK] = task_ref(task, token)
         runtime.held[task_id] = token
         runtime.stats.inc_value("retryqueue/reinjected")
         self.crawler.engine.crawl(request)
@@ -196,28 +238,36 @@ class RetryQueueExtension:
         if self._closing or runtime.queue is None:
             return
         self.tick()
+        if runtime.busy or runtime.held:
+            raise DontCloseSpider
+        waiting_for_redis = runtime.down or len(runtime.spool) > 0
         # Counts read before the latest write (a parse retry scheduled after
         # the last poll, say) cannot tell that nothing is pending.
         stale = self._counts is None or self._counts_writes != runtime.writes
-        if runtime.busy or runtime.held or stale:
-            raise DontCloseSpider
-        pending = self._counts.due + self._counts.leased
-        if not pending:
+        counts = self._counts
+        pending = 0 if counts is None else counts.due + counts.leased
+        if not (waiting_for_redis or stale or pending):
             return
         now = time.time()
         if self._idle_since is None:
             self._idle_since = now
-        idle_for = now - self._idle_since
         timeout = self.config.idle_timeout
-        next_due = self._counts.next_due
-        far = next_due is not None and not self._counts.leased and next_due / 1000 - now > timeout
-        if idle_for >= timeout or far:
+        next_due = None if counts is None else counts.next_due
+        far = (
+            not (waiting_for_redis or stale)
+            and counts is not None
+            and not counts.leased
+            and next_due is not None
+            and next_due / 1000 - now > timeout
+        )
+        if now - self._idle_since >= timeout or far:
             logger.info(
-                "scrapy-retryqueue: closing with %d retr%s pending (next due in %s); "
+                "scrapy-retryqueue: closing with %d retr%s pending (next due in %s)%s; "
                 "RETRYQUEUE_IDLE_TIMEOUT=%ss bounds the wait; the next crawl resumes them",
                 pending,
                 "y" if pending == 1 else "ies",
                 "-" if next_due is None else f"{max(0.0, next_due / 1000 - now):.0f}s",
+                " and Redis unreachable" if runtime.down else "",
                 timeout,
             )
             return
@@ -227,7 +277,7 @@ class RetryQueueExtension:
 
     def item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
         request = getattr(response, "request", None)
-        if request is None:
+        if request is None or request.meta.get("dont_retry", False):
             return
         plan = self.runtime.plan(request, failure_for_kind("storage", failure.value))
         self.runtime.persist(plan)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import scrapy.exceptions
+import twisted.internet.defer
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -28,6 +30,16 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+
+CANCELLED: tuple[type[BaseException], ...] = tuple(
+    cls
+    for cls in (
+        getattr(scrapy.exceptions, "DownloadCancelledError", None),
+        twisted.internet.defer.CancelledError,
+    )
+    if cls is not None
+)
 
 
 class RetryQueueMiddleware:
@@ -66,6 +78,11 @@ class RetryQueueMiddleware:
             return None
         if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
             return None
+        if isinstance(exception, CANCELLED):
+            # The crawl is shutting down, the site did nothing wrong: a task
+            # goes back to due for the next node, without using its budget.
+            self.runtime.release(request)
+            return None
         failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
         await self._park(request, failure)
         return None
@@ -74,8 +91,9 @@ class RetryQueueMiddleware:
         """Raise RequestParked when the request was parked; return when it was not."""
         plan = self.runtime.plan(request, failure)
         outcome = await maybe_deferred_to_future(self.runtime.persist(plan))
-        if outcome in ("parked", "duplicate", "stale"):
-            # duplicate / stale: another live task of this request will run it.
+        if outcome in ("parked", "spooled", "duplicate", "stale"):
+            # spooled: written once Redis answers again; duplicate / stale:
+            # another live task of this request will run it.
             raise RequestParked(plan.decision.kind, plan.decision.delay, plan.task.id)
         # dead, or Redis refused the write: the failure goes on to the errback.
         return None

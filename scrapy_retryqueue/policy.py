@@ -115,9 +115,11 @@ class PolicyTable:
     ) -> Policy:
         policy = self.policies.get(kind) or self.policies[UNKNOWN_KIND]
         if domain:
+            # The longest matching suffix that names this kind wins; a shorter
+            # one still applies to kinds the longer one leaves out.
             for suffix, per_kind in self.domain_policies.items():
-                if domain == suffix or domain.endswith("." + suffix):
-                    policy = per_kind.get(kind, policy)
+                if kind in per_kind and (domain == suffix or domain.endswith("." + suffix)):
+                    policy = per_kind[kind]
                     break
         if meta_policy and kind in meta_policy:
             policy = policy.merged(meta_policy[kind], where=f"meta['retryqueue_policy'][{kind!r}]")

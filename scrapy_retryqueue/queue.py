@@ -7,8 +7,11 @@ runs them off the reactor thread.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from operator import attrgetter
 from typing import Any
 
 import redis
@@ -30,6 +33,45 @@ SCRIPT_NAMES = (
 
 def load_script_source(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+#: Most writes one script call applies: bounds how long one call blocks Redis.
+BATCH = 500
+
+WRITE_OPS = ("schedule", "reschedule", "ack", "deadletter")
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One change to a task: the unit the queue applies, batches and spools."""
+
+    #: schedule, reschedule, ack or deadletter
+    op: str
+    task_id: str
+    now: int
+    #: The lease token (reschedule, ack; deadletter of a leased task).
+    token: str | None = None
+    #: The task envelope (JSON); empty for an ack.
+    envelope: str = ""
+    due: int = 0
+    kind: str = ""
+    attempt: int = 0
+    url: str = ""
+
+    @classmethod
+    def for_task(cls, op: str, task: Task, token: str | None, now: int) -> Write:
+        kind = task.dead_kind or task.kind if op == "deadletter" else task.kind
+        return cls(
+            op,
+            task.id,
+            now,
+            token,
+            envelope=task.to_json(),
+            due=task.due,
+            kind=kind,
+            attempt=task.attempts.get(task.kind, 0),
+            url=task.url,
+        )
 
 
 @dataclass(slots=True)
@@ -83,26 +125,64 @@ class RedisDelayedQueue:
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self._scripts[name](keys=keys, args=args)
 
+    def apply(self, writes: Sequence[Write]) -> list[bool]:
+        """Apply *writes* in order; True for each that took effect.
+
+        Consecutive writes of one kind share one script call (up to
+        ``BATCH`` each), so a burst of failures costs a few round trips, not
+        one per request. A refused write (False) is a duplicate or a stale lease.
+        """
+        results: list[bool] = []
+        for op, run in itertools.groupby(writes, key=attrgetter("op")):
+            run_list = list(run)
+            for start in range(0, len(run_list), BATCH):
+                chunk = run_list[start : start + BATCH]
+                keys, args = self._write_call(op, chunk)
+                results += [bool(x) for x in self._run(op, keys, args)]
+        return results
+
+    def _write_call(self, op: str, chunk: list[Write]) -> tuple[list[str], list[Any]]:
+        k = self.keys
+        args: list[Any] = [self.node_id, self.events_maxlen]
+        if op == "schedule":
+            for w in chunk:
+                args += [w.task_id, w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
+            return [k.due, k.leased, k.tasks, k.events], args
+        if op == "reschedule":
+            for w in chunk:
+                args += [w.task_id, w.token, w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
+            return [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events], args
+        if op == "ack":
+            for w in chunk:
+                args += [w.task_id, w.token, w.now, w.kind, w.url]
+            return [k.leased, k.tasks, k.owners, k.reclaims, k.events], args
+        if op == "deadletter":
+            for w in chunk:
+                args += [w.task_id, w.token or "", w.envelope, w.now, w.kind, w.url]
+            keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events]
+            return keys, args
+        raise ValueError(f"unknown queue write {op!r}")
+
     def schedule(self, task: Task, *, now: int) -> bool:
         """Park a new task due at ``task.due``; False when one with its id is live."""
-        k = self.keys
-        return bool(
-            self._run(
-                "schedule",
-                [k.due, k.leased, k.tasks, k.events],
-                [
-                    task.id,
-                    task.to_json(),
-                    task.due,
-                    now,
-                    task.kind,
-                    task.attempts.get(task.kind, 0),
-                    self.node_id,
-                    task.url,
-                    self.events_maxlen,
-                ],
-            )
-        )
+        return self.apply([Write.for_task("schedule", task, None, now)])[0]
+
+    def reschedule(self, task: Task, token: str, *, now: int) -> bool:
+        return self.apply([Write.for_task("reschedule", task, token, now)])[0]
+
+    def ack(self, task_id: str, token: str, *, now: int, kind: str = "", url: str = "") -> bool:
+        return self.apply([Write("ack", task_id, now, token, kind=kind, url=url)])[0]
+
+    def deadletter(self, task: Task, token: str | None, *, now: int) -> bool:
+        """Keep *task* as a dead letter; *token* None for a request never parked."""
+        return self.apply([Write.for_task("deadletter", task, token, now)])[0]
+
+    def deadletter_raw(
+        self, task_id: str, envelope: str, token: str | None, *, now: int, kind: str, url: str
+    ) -> bool:
+        """Dead-letter an envelope as it is (a malformed one keeps its raw text)."""
+        write = Write("deadletter", task_id, now, token, envelope=envelope, kind=kind, url=url)
+        return self.apply([write])[0]
 
     def claim(self, *, now: int, limit: int, lease_until: int, token: str) -> Claimed:
         """Lease up to *limit* due tasks; also report the queue's counts."""
@@ -129,56 +209,6 @@ class RedisDelayedQueue:
         for task_id, token in leases.items():
             args += [task_id, token]
         return [_s(x) for x in self._run("renew", [k.leased, k.owners], args)]
-
-    def ack(self, task_id: str, token: str, *, now: int, kind: str = "", url: str = "") -> bool:
-        k = self.keys
-        return bool(
-            self._run(
-                "ack",
-                [k.leased, k.tasks, k.owners, k.reclaims, k.events],
-                [task_id, token, now, self.node_id, kind, url, self.events_maxlen],
-            )
-        )
-
-    def reschedule(self, task: Task, token: str, *, now: int) -> bool:
-        k = self.keys
-        return bool(
-            self._run(
-                "reschedule",
-                [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events],
-                [
-                    task.id,
-                    token,
-                    task.to_json(),
-                    task.due,
-                    now,
-                    task.kind,
-                    task.attempts.get(task.kind, 0),
-                    self.node_id,
-                    task.url,
-                    self.events_maxlen,
-                ],
-            )
-        )
-
-    def deadletter(self, task: Task, token: str | None, *, now: int) -> bool:
-        """Keep *task* as a dead letter; *token* None for a request never parked."""
-        return self.deadletter_raw(
-            task.id, task.to_json(), token, now=now, kind=task.dead_kind or task.kind, url=task.url
-        )
-
-    def deadletter_raw(
-        self, task_id: str, envelope: str, token: str | None, *, now: int, kind: str, url: str
-    ) -> bool:
-        """Dead-letter an envelope as it is (a malformed one keeps its raw text)."""
-        k = self.keys
-        return bool(
-            self._run(
-                "deadletter",
-                [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events],
-                [task_id, token or "", envelope, now, kind, self.node_id, url, self.events_maxlen],
-            )
-        )
 
     def reap(self, *, now: int, limit: int, max_reclaims: int) -> tuple[list[str], list[str]]:
         """Return expired leases to due; returns (reclaimed ids, poisoned ids)."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary
 
+import redis
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import defer, threads
@@ -34,14 +35,41 @@ from .connection import client_for, embedded_dir
 from .envelope import Task, request_to_json
 from .exceptions import ConfigError, EnvelopeError
 from .policy import Decision
-from .queue import RedisDelayedQueue
+from .queue import RedisDelayedQueue, Write
+from .spool import Spool, SpoolFull
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: What an outage looks like from redis-py (BusyLoadingError: a restarted
+#: server still loading its append-only file).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    ConnectionError,
+)
+#: Outcome of a write by its op, when refused (False) or applied (True); a
+#: refused write without a lease token met a live task: a duplicate.
+_OUTCOMES = {
+    "schedule": {False: "duplicate", True: "parked"},
+    "reschedule": {False: "stale", True: "parked"},
+    "ack": {False: "stale", True: "acked"},
+    "deadletter": {False: "stale", True: "dead"},
+}
+REPLAY_BATCH = 500
+RECONNECT_MIN_DELAY = 0.5
+RECONNECT_MAX_DELAY = 30.0
+
+
+class RedisDown(redis.ConnectionError):
+    """Raised instead of trying Redis while it is known to be unreachable."""
+
 
 _RUNTIMES: WeakKeyDictionary[Crawler, RetryQueueRuntime] = WeakKeyDictionary()
 
@@ -57,19 +85,45 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
     return runtime
 
 
+def runtime_if_any(crawler: Crawler) -> RetryQueueRuntime | None:
+    """The crawler's runtime when a component created one, without creating it."""
+    return _RUNTIMES.get(crawler)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)
-class TaskHandle:
-    """Carried in a re-injected request's meta: which task it is and its lease."""
+def task_ref(task: Task, token: str) -> dict[str, Any]:
+    """The meta value of a re-injected request: which task it is, and its lease.
 
-    task: Task
-    token: str
-    #: True once the task was acked, rescheduled or dead-lettered; a later
-    #: failure of the same response (its callback, an item) starts a new task.
-    settled: bool = False
+    Plain JSON on purpose: a shared frontier (scrapy-redis) may serialize the
+    request, and another node may run it; its ack then still names the lease.
+    """
+    return {
+        "id": task.id,
+        "token": token,
+        "kind": task.kind,
+        "attempts": dict(task.attempts),
+        "first_error": task.first_error,
+        "created": task.created,
+        "due": task.due,
+        "url": task.url,
+        # True once acked, rescheduled or dead-lettered: a later failure of the
+        # same response (its callback, an item) starts a new task.
+        "settled": False,
+    }
+
+
+def _ref_of(request: Request) -> dict[str, Any] | None:
+    ref = request.meta.get(defaults.META_TASK)
+    if (
+        isinstance(ref, dict)
+        and isinstance(ref.get("id"), str)
+        and isinstance(ref.get("token"), str)
+    ):
+        return ref
+    return None
 
 
 @dataclass(slots=True)
@@ -79,12 +133,12 @@ class Plan:
     decision: Decision
     failure: FailureInfo
     task: Task
-    handle: TaskHandle | None
+    ref: dict[str, Any] | None
     now: int
 
     @property
     def token(self) -> str | None:
-        return None if self.handle is None or self.handle.settled else self.handle.token
+        return None if self.ref is None or self.ref["settled"] else self.ref["token"]
 
 
 class RetryQueueRuntime:
@@ -107,9 +161,26 @@ class RetryQueueRuntime:
         self._claims = itertools.count()
         self._pool: ThreadPool | None = None
         self._pending: set[defer.Deferred[Any]] = set()
+        self._buffer: list[tuple[Write, defer.Deferred[str]]] = []
+        self._flushing = False
         #: Writes submitted so far: queue counts read before the latest write are stale.
         self.writes = 0
         self._meta_errors_logged: set[str] = set()
+        #: Fires once close() has finished: every write of this crawl is in
+        #: Redis (or in the spool), released leases included.
+        self.closed: defer.Deferred[None] = defer.Deferred()
+        #: True while Redis does not answer: writes go to the spool.
+        self.down = False
+        self._down_since = 0.0
+        self._reconnect_delay = RECONNECT_MIN_DELAY
+        self._next_probe = 0.0
+        self.spool = Spool(
+            embedded_dir(self.config.embedded_dir),
+            crawler.spidercls.name or "spider",
+            self.config.node_id,
+            memory_limit=self.config.spool_memory,
+            limit=self.config.spool_max,
+        )
         self.audit: AuditLog | None = None
         if self.config.audit_log:
             self.audit = AuditLog(
@@ -130,7 +201,12 @@ class RetryQueueRuntime:
             self.audit.open()
         directory = embedded_dir(self.config.embedded_dir)
         client, url = await maybe_deferred_to_future(
-            self.call(client_for, self.config.redis_url, embedded_directory=directory)
+            self.call(
+                client_for,
+                self.config.redis_url,
+                embedded_directory=directory,
+                cluster=self.config.redis_cluster,
+            )
         )
         self.redis_url = url
         self.queue = RedisDelayedQueue(
@@ -139,7 +215,19 @@ class RetryQueueRuntime:
             node_id=self.config.node_id,
             events_maxlen=self.config.events_maxlen,
         )
-        await maybe_deferred_to_future(self.call(client.ping))
+        adopted = self.spool.open()
+        if adopted:
+            self.spool.put_back(adopted)
+            logger.warning(
+                "scrapy-retryqueue: %d write(s) spooled by an earlier crawl of %r will be replayed",
+                len(adopted),
+                spider.name,
+            )
+        try:
+            await maybe_deferred_to_future(self.call(client.ping))
+        except CONNECTION_ERRORS as exc:
+            # The crawl goes on; failures wait in the spool until Redis answers.
+            self.mark_down(exc)
         logger.info(
             "scrapy-retryqueue: node %s, queue %s at %s",
             self.config.node_id,
@@ -150,30 +238,47 @@ class RetryQueueRuntime:
     async def close(self) -> None:
         from scrapy.utils.defer import maybe_deferred_to_future
 
-        await self.drain()
-        if self.queue is not None and self.held:
-            leases = dict(self.held)
-            try:
-                released = await maybe_deferred_to_future(
-                    self.call(self.queue.release, leases, now=now_ms())
+        try:
+            await self.drain()
+            if self.queue is not None and len(self.spool):
+                self._next_probe = 0.0
+                replay = self.recover()
+                if replay is not None:
+                    await maybe_deferred_to_future(replay)
+            if self.queue is not None and self.held and not self.down:
+                leases = dict(self.held)
+                try:
+                    released = await maybe_deferred_to_future(
+                        self.call(self.queue.release, leases, now=now_ms())
+                    )
+                    self.stats.inc_value("retryqueue/released", released)
+                    logger.info("scrapy-retryqueue: released %d unfinished task(s)", released)
+                except Exception as exc:
+                    logger.warning(
+                        "scrapy-retryqueue: could not release %d task(s) (%s); "
+                        "their leases expire and other nodes take them",
+                        len(leases),
+                        exc,
+                    )
+                self.held.clear()
+            waiting = self.spool.close()
+            if waiting:
+                logger.error(
+                    "scrapy-retryqueue: Redis still does not answer; %d write(s) wait in %s "
+                    "and the next crawl of this spider replays them",
+                    waiting,
+                    self.spool.path,
                 )
-                self.stats.inc_value("retryqueue/released", released)
-                logger.info("scrapy-retryqueue: released %d unfinished task(s)", released)
-            except Exception as exc:
-                logger.warning(
-                    "scrapy-retryqueue: could not release %d task(s) (%s); "
-                    "their leases expire and other nodes take them",
-                    len(leases),
-                    exc,
-                )
-            self.held.clear()
-        if self.queue is not None:
-            await maybe_deferred_to_future(self.call(self.queue.client.close))
-        if self._pool is not None:
-            self._pool.stop()
-            self._pool = None
-        if self.audit is not None:
-            self.audit.close()
+            if self.queue is not None:
+                await maybe_deferred_to_future(self.call(self.queue.client.close))
+            if self._pool is not None:
+                self._pool.stop()
+                self._pool = None
+            if self.audit is not None:
+                self.audit.close()
+        finally:
+            if not self.closed.called:
+                self.closed.callback(None)
 
     async def drain(self) -> None:
         """Wait until every Redis call submitted so far has finished."""
@@ -246,75 +351,242 @@ class RetryQueueRuntime:
     def plan(self, request: Request, failure: FailureInfo) -> Plan:
         """Decide what to do with a failed attempt (no I/O)."""
         now = now_ms()
-        handle = request.meta.get(defaults.META_TASK)
-        if not isinstance(handle, TaskHandle):
-            handle = None
-        previous = handle.task if handle is not None else None
-        attempts = dict(previous.attempts) if previous else {}
+        ref = _ref_of(request)
+        if ref is not None and ref["settled"] and ref["id"] != self.fingerprint(request):
+            # A new request that copied a re-injected one's meta
+            # (meta=response.meta): it is not that task.
+            ref = None
+        attempts = {k: int(v) for k, v in ref["attempts"].items()} if ref else {}
         meta_policy, max_retries = self._meta_overrides(request)
-        decision = self.config.policy_table.decide(
-            failure,
-            attempts,
-            domain=urlparse_cached(request).hostname,
-            meta_policy=meta_policy,
-            meta_max_retries=max_retries,
-            rand=self.rand.random,
-        )
+        domain = urlparse_cached(request).hostname
+        table = self.config.policy_table
+        try:
+            decision = table.decide(
+                failure,
+                attempts,
+                domain=domain,
+                meta_policy=meta_policy,
+                meta_max_retries=max_retries,
+                rand=self.rand.random,
+            )
+        except ConfigError as exc:
+            # Valid against the project's policy, not against the domain's one.
+            self.stats.inc_value("retryqueue/meta_error")
+            logger.error("scrapy-retryqueue: %s (using the settings' policy instead)", exc)
+            decision = table.decide(failure, attempts, domain=domain, rand=self.rand.random)
         error = failure.as_dict()
         try:
             request_json = request_to_json(request, self.spider)
         except EnvelopeError as exc:
             request_json = {"url": request.url, "method": request.method}
-            error = {"kind": "unserializable", "type": "EnvelopeError", "message": str(exc)}
-            decision = Decision(
-                "unserializable", False, 0.0, attempts.get(failure.kind, 0), str(exc)
-            )
+            if decision.retry:
+                # It cannot be parked, so this failure is its last one.
+                error = {"kind": "unserializable", "type": "EnvelopeError", "message": str(exc)}
+                decision = Decision(
+                    "unserializable", False, 0.0, attempts.get(failure.kind, 0), str(exc)
+                )
+        if ref is None and self.config.priority_adjust:
+            # Adjusted once, when the task is created; the envelope keeps it.
+            request_json["priority"] = request.priority + self.config.priority_adjust
         if decision.retry:
             attempts[decision.kind] = decision.attempt
             error["delay"] = round(decision.delay, 3)
         task = Task(
-            id=previous.id if previous else self.fingerprint(request),
+            id=ref["id"] if ref else self.fingerprint(request),
             spider=self.spider.name if self.spider else "",
             request=request_json,
             attempts=attempts,
             kind=decision.kind,
-            first_error=(previous.first_error if previous else None) or error,
+            first_error=(ref["first_error"] if ref else None) or error,
             last_error=error,
             node=self.config.node_id,
-            created=previous.created if previous else now,
+            created=ref["created"] if ref else now,
             updated=now,
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
         )
-        return Plan(decision, failure, task, handle, now)
+        return Plan(decision, failure, task, ref, now)
 
     def persist(self, plan: Plan) -> defer.Deferred[str]:
-        """Write *plan* to Redis; fires with parked, dead, duplicate, stale or error."""
-        queue = self.queue
+        """Write *plan* to Redis.
+
+        Fires with parked, dead, duplicate, stale, spooled (Redis is
+        unreachable: the write waits in the local spool) or error.
+        """
         token = plan.token
-        if plan.handle is not None:
-            plan.handle.settled = True
+        if plan.ref is not None:
+            plan.ref["settled"] = True
         if token is not None:
             self.held.pop(plan.task.id, None)
-        if queue is None:
-            return defer.succeed(self._report(plan, "error", RuntimeError("queue not open")))
-
-        def write() -> str:
-            task, now = plan.task, plan.now
-            if plan.decision.retry:
-                if token is not None:
-                    return "parked" if queue.reschedule(task, token, now=now) else "stale"
-                return "parked" if queue.schedule(task, now=now) else "duplicate"
-            if queue.deadletter(task, token, now=now):
-                return "dead"
-            return "stale" if token is not None else "duplicate"
-
-        d = self.call(write)
+        task = plan.task
+        if plan.decision.retry:
+            op = "reschedule" if token is not None else "schedule"
+        else:
+            op = "deadletter"
+        d = self.submit(Write.for_task(op, task, token, plan.now))
         d.addCallbacks(
             lambda outcome: self._report(plan, outcome),
             lambda f: self._report(plan, "error", f.value),
         )
         return d
+
+    def submit(self, write: Write) -> defer.Deferred[str]:
+        """Queue one write; it goes to Redis with whatever else is waiting.
+
+        Fires with the outcome (parked, dead, acked, duplicate, stale), or
+        spooled when Redis is unreachable. While a batch is on the worker
+        thread, new writes gather here and go together in the next one: under
+        load, one round trip carries many writes; when quiet, a write goes
+        alone at once. Order is kept across and within batches.
+        """
+        d: defer.Deferred[str] = defer.Deferred()
+        self._buffer.append((write, d))
+        self.writes += 1
+        self._pending.add(d)
+        d.addBoth(self._forget_pending, d)
+        if not self._flushing:
+            self._flush()
+        d.addErrback(self._spool_if_down, write)
+        return d
+
+    def _forget_pending(self, result: Any, d: defer.Deferred[Any]) -> Any:
+        self._pending.discard(d)
+        return result
+
+    def _flush(self) -> None:
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        self._flushing = True
+        writes = [write for write, _ in batch]
+        done = self.call_untracked(self._apply_batch, writes)
+
+        def delivered(outcomes: list[str]) -> None:
+            for (_, d), outcome in zip(batch, outcomes, strict=True):
+                d.callback(outcome)
+
+        def failed(failure: Failure) -> None:
+            for _, d in batch:
+                d.errback(failure)
+
+        def next_batch(_: Any) -> None:
+            self._flushing = False
+            if self._buffer:
+                self._flush()
+
+        done.addCallbacks(delivered, failed)
+        done.addBoth(next_batch)
+
+    def _apply_batch(self, writes: list[Write]) -> list[str]:
+        """Apply writes on the worker thread (raises while Redis is down)."""
+        if self.down:
+            raise RedisDown("Redis is unreachable")
+        return self._apply(writes)
+
+    def _apply(self, writes: list[Write]) -> list[str]:
+        queue = self.queue
+        if queue is None:
+            raise RuntimeError("scrapy-retryqueue is not open")
+        return [
+            _OUTCOMES[write.op][applied] if applied or write.token else "duplicate"
+            for write, applied in zip(writes, queue.apply(writes), strict=True)
+        ]
+
+    def _spool_if_down(self, failure: Failure, write: Write) -> str:
+        if not failure.check(*CONNECTION_ERRORS):
+            return failure  # type: ignore[return-value]  # not an outage: report it
+        if not failure.check(RedisDown):
+            # A real error from Redis; RedisDown only echoes an outage already
+            # known (and perhaps just over: the spool is replayed on next poll).
+            self.mark_down(failure.value)
+        try:
+            self.spool.add(write)
+        except SpoolFull as exc:
+            self.stats.inc_value("retryqueue/spool_full")
+            raise exc from None
+        self.stats.inc_value("retryqueue/spooled")
+        return "spooled"
+
+    # -- outages -------------------------------------------------------------
+
+    def mark_down(self, error: BaseException) -> None:
+        if self.down:
+            return
+        self.down = True
+        self._down_since = time.monotonic()
+        self._reconnect_delay = RECONNECT_MIN_DELAY
+        self._next_probe = time.monotonic() + self._reconnect_delay
+        self.stats.inc_value("retryqueue/redis_down")
+        logger.error(
+            "scrapy-retryqueue: Redis is unreachable (%s); failures wait in the local spool "
+            "(%s) and are written when it answers again",
+            error,
+            self.spool.path,
+        )
+
+    def recover(self) -> defer.Deferred[bool] | None:
+        """While down, probe Redis with backoff; when it answers, replay the spool.
+
+        Returns None when no probe is due yet, else a Deferred firing True once
+        the spool has been replayed (False: still down).
+        """
+        if not self.down and not len(self.spool):
+            return None
+        if self.down and time.monotonic() < self._next_probe:
+            return None
+        d = self.call_untracked(self._replay_spool)
+        d.addCallbacks(self._recovered, self._still_down)
+        return d
+
+    def _replay_spool(self) -> list[tuple[Write, str]]:
+        queue = self.queue
+        assert queue is not None
+        queue.client.ping()
+        writes = self.spool.take()
+        outcomes: list[tuple[Write, str]] = []
+        for start in range(0, len(writes), REPLAY_BATCH):
+            chunk = writes[start : start + REPLAY_BATCH]
+            try:
+                outcomes += zip(chunk, self._apply(chunk), strict=True)
+            except CONNECTION_ERRORS:
+                self.spool.put_back(writes[start:])
+                raise
+            except Exception as exc:  # Redis refuses these for good: keep going
+                logger.error("scrapy-retryqueue: %d spooled write(s) failed: %s", len(chunk), exc)
+        return outcomes
+
+    def _recovered(self, outcomes: list[tuple[Write, str]]) -> bool:
+        was_down = self.down
+        self.down = False
+        replayed = len(outcomes)
+        self.stats.inc_value("retryqueue/spool_replayed", replayed)
+        # Counted now that they are written, like writes that never waited.
+        for write, outcome in outcomes:
+            if outcome == "parked":
+                self.stats.inc_value("retryqueue/scheduled")
+                self.stats.inc_value(f"retryqueue/scheduled/{write.kind}")
+            elif outcome == "dead":
+                self.stats.inc_value("retryqueue/dead")
+                self.stats.inc_value(f"retryqueue/dead/{write.kind}")
+            elif outcome == "acked":
+                self.stats.inc_value("retryqueue/recovered")
+            else:
+                self.stats.inc_value(f"retryqueue/{outcome}")
+        if was_down:
+            logger.warning(
+                "scrapy-retryqueue: Redis answers again after %.0fs; %d spooled write(s) replayed",
+                time.monotonic() - self._down_since,
+                replayed,
+            )
+        return True
+
+    def _still_down(self, failure: Failure) -> bool:
+        if not failure.check(*CONNECTION_ERRORS):
+            logger.error("scrapy-retryqueue: replaying the spool failed: %s", failure.value)
+        self.mark_down(failure.value)
+        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_DELAY)
+        self._next_probe = time.monotonic() + self._reconnect_delay
+        return False
 
     def _report(self, plan: Plan, outcome: str, error: BaseException | None = None) -> str:
         decision, task = plan.decision, plan.task
@@ -336,12 +608,11 @@ class RetryQueueRuntime:
             level = logging.INFO
             if decision.kind == "forbidden":
                 level = self.config.forbidden_log_level
-            elif (
-                decision.kind in defaults.RETRYABLE_KINDS
-                or decision.kind in defaults.INTERNAL_KINDS
-            ):
+            elif decision.kind not in defaults.PERMANENT_KINDS:
                 level = logging.ERROR
             logger.log(level, "scrapy-retryqueue: dead letter %s (%s)", url, decision.reason)
+        elif outcome == "spooled":
+            logger.debug("scrapy-retryqueue: %s spooled while Redis is down", url)
         elif outcome in ("duplicate", "stale"):
             stats.inc_value(f"retryqueue/{outcome}")
             logger.debug("scrapy-retryqueue: %s not written (%s task)", url, outcome)
@@ -367,38 +638,54 @@ class RetryQueueRuntime:
             )
         return outcome
 
+    def release(self, request: Request) -> None:
+        """Hand a re-injected request's task back, due now (its download was cancelled)."""
+        ref = _ref_of(request)
+        if ref is None or ref["settled"] or self.queue is None or self.down:
+            return  # not a task, or its lease simply expires
+        ref["settled"] = True
+        self.held.pop(ref["id"], None)
+        queue = self.queue
+
+        def released(count: int) -> None:
+            self.stats.inc_value("retryqueue/released", count)
+
+        d = self.call(queue.release, {ref["id"]: ref["token"]}, now=now_ms())
+        d.addCallbacks(released, lambda f: logger.debug("release failed: %s", f.value))
+
     def ack(self, request: Request, *, outcome: str = "recovered") -> None:
         """The re-injected request is done (it succeeded, or was dropped on purpose)."""
-        handle = request.meta.get(defaults.META_TASK)
-        if not isinstance(handle, TaskHandle) or handle.settled or self.queue is None:
+        ref = _ref_of(request)
+        if ref is None or ref["settled"] or self.queue is None:
             return
-        handle.settled = True
-        self.held.pop(handle.task.id, None)
-        queue, task, token, now = self.queue, handle.task, handle.token, now_ms()
+        ref["settled"] = True
+        task_id, token, now = ref["id"], ref["token"], now_ms()
+        self.held.pop(task_id, None)
+        write = Write("ack", task_id, now, token, kind=ref["kind"], url=ref["url"])
 
-        def reported(acked: bool) -> None:
-            if not acked:
+        def reported(result: str) -> None:
+            if result == "spooled":
+                return
+            if result != "acked":
                 self.stats.inc_value("retryqueue/stale")
                 return
             self.stats.inc_value(f"retryqueue/{outcome}")
             if self.audit is not None:
                 self.audit.write(
                     outcome,
-                    task=task.id,
-                    url=task.url,
-                    kind=task.kind,
+                    task=task_id,
+                    url=ref["url"],
+                    kind=ref["kind"],
                     node=self.config.node_id,
                     ts=now,
                 )
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Failure) -> None:
             self.stats.inc_value("retryqueue/write_error")
             logger.error(
                 "scrapy-retryqueue: could not ack %s (%s); its lease expires and it runs again",
-                task.url,
+                ref["url"],
                 failure.value,
             )
 
-        self.call(queue.ack, task.id, token, now=now, kind=task.kind, url=task.url).addCallbacks(
-            reported, failed
-        )
+        self.submit(write).addCallbacks(reported, failed)

@@ -35,9 +35,12 @@ class RetryQueueSpiderMiddleware:
         self, response: Response, exception: Exception, spider: Spider | None = None
     ) -> Iterable[Any] | None:
         # HTTP statuses were judged by the downloader middleware already.
-        if isinstance(exception, (HttpError, IgnoreRequest)) or response.request is None:
+        request = response.request
+        if isinstance(exception, (HttpError, IgnoreRequest)) or request is None:
+            return None
+        if request.meta.get("dont_retry", False):
             return None
         kind = "rule" if isinstance(exception, PermanentFailure) else "parse"
-        plan = self.runtime.plan(response.request, failure_for_kind(kind, exception))
+        plan = self.runtime.plan(request, failure_for_kind(kind, exception))
         self.runtime.persist(plan)
         return [] if plan.decision.retry else None

@@ -8,12 +8,20 @@ and in parallel, against one server.
 from __future__ import annotations
 
 import os
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
@@ -43,9 +51,97 @@ def redis_url() -> str:
     return url
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _free_cluster_ports(count: int) -> list[int]:
+    # A cluster node also listens on its port + 10000 (the cluster bus).
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randint(20000, 29999)
+        if port not in ports and _port_is_free(port) and _port_is_free(port + 10000):
+            ports.append(port)
+    return ports
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A local three-master Redis Cluster on its own ports, for this session only."""
+    server = shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    if server is None or cli is None:
+        pytest.fail("redis-server and redis-cli are needed: run `bash scripts/ensure-services`")
+    workdir = Path(tempfile.mkdtemp(prefix="retryqueue-cluster-"))
+    ports = _free_cluster_ports(3)
+    nodes = []
+    for port in ports:
+        node_dir = workdir / str(port)
+        node_dir.mkdir()
+        nodes.append(
+            subprocess.Popen(
+                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes"]
+                + ["--cluster-config-file", "nodes.conf", "--dir", str(node_dir)]
+                + ["--save", "", "--appendonly", "no", "--logfile", "redis.log"],
+                stdout=subprocess.DEVNULL,
+            )
+        )
+    try:
+        for port in ports:
+            _wait_for(lambda p=port: not _port_is_free(p), f"cluster node on port {port}")
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
+            + ["--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        probe = redis.Redis(port=ports[0])
+        _wait_for(lambda: probe.cluster("info")["cluster_state"] == "ok", "the cluster to be ready")
+        probe.close()
+        yield f"redis://127.0.0.1:{ports[0]}/0"
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            node.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
+def redis_kind() -> str:
+    """Which Redis ``redis_client`` talks to; a module overrides it to add "cluster"."""
+    return "single"
+
+
+@pytest.fixture
+def new_redis_client(
+    request: pytest.FixtureRequest, redis_url: str, redis_kind: str
+) -> Callable[[], Any]:
+    """Makes a new client of the Redis that ``redis_client`` talks to (one per thread)."""
+    if redis_kind == "cluster":
+        cluster_url = request.getfixturevalue("redis_cluster_url")
+        return lambda: RedisCluster.from_url(cluster_url)
+    return lambda: redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def redis_client(new_redis_client: Callable[[], Any]) -> Iterator[Any]:
+    """A client of the single server, or of the local cluster (see ``redis_kind``)."""
+    client = new_redis_client()
     yield client
     client.close()
 
@@ -87,3 +183,69 @@ def make_task(spider_name: str) -> Callable[..., Task]:
         )
 
     return make
+
+
+# -- PostgreSQL and SQLite, for the SQL store ------------------------------------
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    """RETRYQUEUE_TEST_DATABASE_URL, else the local server; fails (not skips) when it is down."""
+    import sqlalchemy
+
+    url = os.environ.get("RETRYQUEUE_TEST_DATABASE_URL") or DEFAULT_DATABASE_URL
+    engine = sqlalchemy.create_engine(
+        sqlalchemy.make_url(url).set(drivername="postgresql+psycopg2"),
+        connect_args={"connect_timeout": 3},
+    )
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.fail(
+            f"the tests need PostgreSQL at {url} (RETRYQUEUE_TEST_DATABASE_URL) and it does not "
+            f"answer ({exc.orig}); run `bash scripts/ensure-services` to start it",
+            pytrace=False,
+        )
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def new_pg_database(pg_admin_url: str) -> Iterator[Callable[[], str]]:
+    """Makes a PostgreSQL database of its own (``rq_<hex>``) and returns its URL;
+    every database made is dropped when the session ends."""
+    import sqlalchemy
+
+    admin = sqlalchemy.create_engine(
+        sqlalchemy.make_url(pg_admin_url).set(drivername="postgresql+psycopg2"),
+        isolation_level="AUTOCOMMIT",
+        pool_pre_ping=True,  # a test may restart the server
+    )
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"rq_{uuid4().hex[:12]}"
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+        made.append(name)
+        return sqlalchemy.make_url(pg_admin_url).set(database=name).render_as_string(False)
+
+    yield make
+    with admin.connect() as conn:
+        for name in made:
+            conn.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, new_pg_database: Callable[[], str]
+) -> str:
+    """An empty database of each backend the store supports."""
+    if request.param == "postgresql":
+        return new_pg_database()
+    return f"sqlite:///{tmp_path / 'store.sqlite3'}"

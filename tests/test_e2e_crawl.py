@@ -7,14 +7,10 @@ run against the same fault mix, and their outcomes are compared page by page.
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +25,11 @@ from scrapy_retryqueue.envelope import task_from_json
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
+from .crawling import Crawl, Site, flaky_site
+from .crawling import crawl as run_crawl
+
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ROOT / "example_project"
 PAGES = 500
 RETRY_AFTER = 2
 SLOW = 3.0
@@ -53,6 +50,8 @@ COMMON_SETTINGS: dict[str, Any] = {
     "TELNETCONSOLE_ENABLED": False,
 }
 OURS: dict[str, Any] = {
+    # Dead letters stay in Redis, where these tests read them.
+    "RETRYQUEUE_STORE_ENABLED": False,
     "RETRYQUEUE_POLICIES": FAST_POLICIES,
     "RETRYQUEUE_POLL_INTERVAL": 0.2,
     "RETRYQUEUE_IDLE_TIMEOUT": 30,
@@ -60,59 +59,16 @@ OURS: dict[str, Any] = {
 STOCK: dict[str, Any] = {"ADDONS": {}}
 
 
-@dataclass
-class Site:
-    url: str
-    process: subprocess.Popen[str]
-
-    def get_json(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as reply:
-            return json.load(reply)
-
-
 @pytest.fixture
-def site() -> Any:
-    process = subprocess.Popen(
-        [
-            *(sys.executable, str(PROJECT / "flaky_site.py"), "--port", "0"),
-            *("--pages", str(PAGES), "--slow", str(SLOW), "--retry-after", str(RETRY_AFTER)),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    assert line.startswith("listening on "), line
-    yield Site(line.removeprefix("listening on "), process)
-    process.terminate()
-    process.wait(10)
-
-
-@dataclass
-class Crawl:
-    returncode: int
-    log: str
-    items: list[dict[str, Any]]
+def site() -> Iterator[Site]:
+    with flaky_site(pages=PAGES, slow=SLOW, retry_after=RETRY_AFTER) as running:
+        yield running
 
 
 def crawl(
     site_url: str, spider: str, tmp_path: Path, settings: dict[str, Any], *args: str
 ) -> Crawl:
-    items = tmp_path / f"{spider}-{uuid.uuid4().hex[:6]}.jsonl"
-    log = items.with_suffix(".log")
-    command = [sys.executable, "-m", "scrapy.cmdline", "crawl", "flaky"]
-    command += ["-a", f"site={site_url}", "-a", f"name={spider}", *args]
-    command += ["-O", str(items), "-s", f"LOG_FILE={log}"]
-    for name, value in {**COMMON_SETTINGS, **settings}.items():
-        text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
-        command += ["-s", f"{name}={text}"]
-    done = subprocess.run(command, cwd=PROJECT, timeout=300, capture_output=True, text=True)
-    lines = items.read_text().splitlines() if items.exists() else []
-    return Crawl(
-        done.returncode,
-        (log.read_text() if log.exists() else "") + done.stderr,
-        [json.loads(line) for line in lines],
-    )
+    return run_crawl(site_url, spider, tmp_path, {**COMMON_SETTINGS, **settings}, *args)
 
 
 @pytest.fixture
@@ -218,8 +174,7 @@ def test_retry_queue_recovers_every_transient_failure_and_stock_scrapy_does_not(
     assert checked["timeout"] == checked["connection"] == checked["parse"] == 25
 
     # The same fault mix with Scrapy's stock RetryMiddleware, in the same test.
-    site_reset = urllib.request.Request(site.url + "/__reset", method="POST")
-    urllib.request.urlopen(site_reset, timeout=10).close()
+    site.reset()
     stock = crawl(site.url, namespace + "stock", tmp_path, STOCK)
     assert stock.returncode == 0, stock.log[-3000:]
     stock_parsed = {item["url"] for item in stock.items}

@@ -178,7 +178,21 @@ def test_cycle_has_twenty_slots_in_the_agreed_proportion() -> None:
         "parse_once": 1,
         "gone": 1,
     }
-    assert set(flaky_site.EXPECTED) == set(counts)
+    # Every scenario of every mix has an expected outcome.
+    mixes = {scenario for cycle in flaky_site.MIXES.values() for scenario in cycle}
+    assert set(flaky_site.EXPECTED) == mixes
+    assert set(counts) < mixes
+
+
+def test_the_bench_mix_is_20_percent_429s_and_10_percent_503s() -> None:
+    cycle = [flaky_site.scenario_for(n, "bench") for n in range(1000)]
+    assert Counter(cycle) == {"ok": 700, "rate_limited_thrice": 200, "server_error_twice": 100}
+    assert {flaky_site.scenario_for(n, "healthy") for n in range(50)} == {"ok"}
+    answers = [
+        flaky_site.plan_for("rate_limited_thrice", attempt, slow=SLOW, retry_after=1).status
+        for attempt in (1, 2, 3, 4)
+    ]
+    assert answers == [429, 429, 429, 200]
 
 
 def test_cycle_is_interleaved() -> None:

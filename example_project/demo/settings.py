@@ -15,7 +15,7 @@ DOWNLOAD_TIMEOUT = 2
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"
 
-# Short delays so the demo finishes in about a minute; production defaults are
+# Short delays so the demo finishes in about 15 seconds; production defaults are
 # minutes long (see docs/settings.md).
 RETRYQUEUE_POLICIES = {
     "timeout": {"base_delay": 1, "max_delay": 8},

@@ -1,11 +1,15 @@
 """``scrapy retryqueue``: manage the retry queue from the command line.
 
 scrapy retryqueue server start|stop|status   the embedded Redis-compatible server
+scrapy retryqueue status [--spider NAME] [--json]
+                                             per spider: due, due now, leased, dead,
+                                             succeeded today, by kind, top domains
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from scrapy.commands import ScrapyCommand
@@ -15,6 +19,7 @@ from .. import embedded
 from ..config import load_config
 from ..connection import embedded_dir
 from ..exceptions import ConfigError, EmbeddedServerError
+from ._common import ArgumentParser, CommandFailed, Context, fail_line, one_line_errors
 
 
 class Command(ScrapyCommand):
@@ -22,24 +27,33 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "server {start,stop,status}"
+        return "server {start,stop,status} | status [--spider NAME] [--json]"
 
     def short_desc(self) -> str:
-        return "Manage scrapy-retryqueue (the embedded server)"
+        return "Manage scrapy-retryqueue (the embedded server) and show the queue's status"
 
     def long_desc(self) -> str:
         return (
             "server start   start the project's embedded Redis-compatible server\n"
             "server stop    stop it (pending retries stay on disk for the next start)\n"
-            "server status  say whether it runs, and where"
+            "server status  say whether it runs, and where\n"
+            "status         per spider: due, due now, leased, dead, succeeded today,\n"
+            "               by kind and top domains (a table; --json for scripts;\n"
+            "               --spider NAME, repeatable, to show only some)"
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
     def run(self, args: list[str], opts: Any) -> None:
+        if args and args[0] == "status":
+            self._status(args[1:])
+            return
         if len(args) != 2 or args[0] != "server" or args[1] not in ("start", "stop", "status"):
-            raise UsageError("expected: scrapy retryqueue server {start,stop,status}")
+            raise UsageError(
+                "expected: scrapy retryqueue server {start,stop,status} | scrapy retryqueue status"
+            )
         assert self.settings is not None
         try:
             config = load_config(self.settings)
@@ -65,6 +79,28 @@ class Command(ScrapyCommand):
             print(f"stopped (data kept in {directory})")
         else:
             print("not running")
+
+    def _status(self, args: list[str]) -> None:
+        from ._status import collect, render_json, render_table
+
+        assert self.settings is not None
+        context: Context | None = None
+        try:
+            with one_line_errors():
+                parser = ArgumentParser(prog="scrapy retryqueue status", add_help=False)
+                parser.add_argument("--spider", action="append", default=[])
+                parser.add_argument("--json", action="store_true")
+                ns = parser.parse_args(args)
+                spiders = [s for value in ns.spider for s in value.split(",") if s]
+                context = Context(self.settings)
+                report = collect(context, spiders)
+            print(render_json(report) if ns.json else render_table(report))
+        except CommandFailed as exc:
+            print(fail_line(exc), file=sys.stderr)
+            self.exitcode = exc.code
+        finally:
+            if context is not None:
+                context.close()
 
     def _fail(self, message: str) -> None:
         print(f"error: {message}")

@@ -1,28 +1,29 @@
--- schedule: park a new retry task (the first failure of a request on this node).
+-- schedule: park new retry tasks (first failures of requests on this node).
 --
 -- KEYS[1] due      ZSET   task id -> due time (ms)
 -- KEYS[2] leased   ZSET   task id -> lease expiry (ms)
 -- KEYS[3] tasks    HASH   task id -> envelope
 -- KEYS[4] events   STREAM lifecycle events
--- ARGV[1] task id
--- ARGV[2] envelope (JSON)
--- ARGV[3] due time (ms)
--- ARGV[4] now (ms)
--- ARGV[5] kind
--- ARGV[6] attempt
--- ARGV[7] node id
--- ARGV[8] url
--- ARGV[9] events stream max length (approximate)
+-- ARGV[1] node id
+-- ARGV[2] events stream max length (approximate)
+-- ARGV[3..] groups of 7, one per task:
+--   task id, envelope (JSON), due time (ms), now (ms), kind, attempt, url
 --
--- Returns 1 when scheduled; 0 when a live task with this id exists already (one
--- live retry per request fingerprint), in which case nothing changes.
-local id = ARGV[1]
-if redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[2], id) then
-  return 0
+-- Returns one integer per task, in order: 1 when scheduled; 0 when a live task
+-- with its id exists already (one live retry per request fingerprint), in
+-- which case nothing changes for it.
+local out = {}
+for i = 3, #ARGV, 7 do
+  local id = ARGV[i]
+  if redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[2], id) then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', KEYS[3], id, ARGV[i + 1])
+    redis.call('ZADD', KEYS[1], ARGV[i + 2], id)
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], '*',
+      'type', 'scheduled', 'id', id, 'kind', ARGV[i + 4], 'attempt', ARGV[i + 5],
+      'due', ARGV[i + 2], 'node', ARGV[1], 'ts', ARGV[i + 3], 'url', ARGV[i + 6])
+    out[#out + 1] = 1
+  end
 end
-redis.call('HSET', KEYS[3], id, ARGV[2])
-redis.call('ZADD', KEYS[1], ARGV[3], id)
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[9], '*',
-  'type', 'scheduled', 'id', id, 'kind', ARGV[5], 'attempt', ARGV[6],
-  'due', ARGV[3], 'node', ARGV[7], 'ts', ARGV[4], 'url', ARGV[8])
-return 1
+return out

@@ -1,0 +1,1 @@
+"""Benchmarks and scenario scripts for scrapy-retryqueue (not tests; see docs/)."""

@@ -1,0 +1,115 @@
+"""Run every benchmark and write docs/benchmarks.md.
+
+    python -m benchmarks [--repeats 3] [--only overhead faults ...] [--no-write]
+
+Each benchmark runs several times; the table gives the median and the spread
+(min to max) of each figure. Comparisons are ratios between variants run in
+the same round on the same machine (these machines are shared and noisy);
+absolute numbers are there for context. A Redis server of its own is started
+on a free port, and the flaky site in a subprocess, for each measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import scrapy
+
+from . import faults, latency, memory, overhead, queue_ops, scale
+from .common import ROOT, own_redis
+
+#: name -> (module, runs it gets at most, targets: figure -> (check, text))
+Target = tuple[Callable[[float], bool], str]
+BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
+    "overhead": (overhead, 5, {"ratio": (lambda v: v >= 0.97, ">= 0.97")}),
+    "faults": (faults, 3, {"ours fetched": (lambda v: v == 1.0, "= 1.0")}),
+    "queue": (
+        queue_ops,
+        5,
+        {
+            "schedule ratio": (lambda v: v >= 0.8, ">= 0.8"),
+            "claim ratio": (lambda v: v >= 0.8, ">= 0.8"),
+        },
+    ),
+    "latency": (latency, 3, {"p99 ms": (lambda v: v <= latency.POLL * 1000 + 100, "<= 1100")}),
+    "memory": (
+        memory,
+        1,
+        {
+            "rss ratio": (lambda v: v <= 1.10, "<= 1.10"),
+            "bytes/task ÷ envelope": (lambda v: v <= 1.5, "<= 1.5"),
+        },
+    ),
+    "scale": (scale, 3, {}),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per benchmark (at most its cap)"
+    )
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), default=list(BENCHMARKS))
+    parser.add_argument("--no-write", action="store_true", help="print, do not write docs/")
+    args = parser.parse_args()
+    sections: list[str] = []
+    started = time.monotonic()
+    with own_redis() as redis_url, tempfile.TemporaryDirectory() as tmp:
+        for name in args.only:
+            module, cap, targets = BENCHMARKS[name]
+            runs = max(1, min(args.repeats, cap))
+            values: dict[str, list[float]] = {}
+            for _ in range(runs):
+                for figure, value in module.measure(redis_url, Path(tmp)).items():  # type: ignore[attr-defined]
+                    values.setdefault(figure, []).append(value)
+            lines = [
+                f"### {name}",
+                "",
+                (module.__doc__ or "").strip(),
+                "",
+                f"{runs} run{'s' if runs > 1 else ''}.",
+                "",
+                "| figure | median | spread | target | met |",
+                "|---|---|---|---|---|",
+            ]
+            for figure, series in values.items():
+                median = statistics.median(series)
+                spread = f"{min(series):.3g} to {max(series):.3g}" if len(series) > 1 else "-"
+                check = targets.get(figure)
+                target, met = ("", "")
+                if check is not None:
+                    target, met = check[1], "yes" if check[0](median) else "**no**"
+                lines.append(f"| {figure} | {median:.3g} | {spread} | {target} | {met} |")
+            section = "\n".join(lines)
+            print(section, "\n", flush=True)
+            sections.append(section)
+    header = [
+        "# Benchmarks",
+        "",
+        "Written by `python -m benchmarks` (see benchmarks/__main__.py); do not edit by hand.",
+        "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
+        f"Scrapy {scrapy.__version__}",
+        f"- whole run: {time.monotonic() - started:.0f} s",
+        "",
+        "Ratios compare variants measured in the same round on the same machine;",
+        "absolute figures are for context only (shared, noisy machines).",
+        "",
+    ]
+    text = "\n".join(header) + "\n" + "\n\n".join(sections) + "\n"
+    if not args.no_write:
+        (ROOT / "docs" / "benchmarks.md").write_text(text)
+        print(f"written: {ROOT / 'docs' / 'benchmarks.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

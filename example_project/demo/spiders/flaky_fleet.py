@@ -1,0 +1,29 @@
+"""The flaky-site crawl for a fleet: several processes share one frontier.
+
+scrapy-redis holds the frontier (scheduler and dupefilter in Redis), so every
+page is fetched by one node of the fleet; scrapy-retryqueue holds the failures.
+Both read REDIS_URL, so one setting points the whole fleet at one Redis::
+
+    scrapy crawl flaky_fleet -a site=http://127.0.0.1:8765 -s REDIS_URL=redis://host:6379/0
+
+Start it on as many machines (or terminals) as you like; see run_fleet.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from .flaky import FlakySpider
+
+
+class FlakyFleetSpider(FlakySpider):
+    name = "flaky_fleet"
+    custom_settings: ClassVar[dict[str, Any]] = {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+        # False would flush the shared frontier and dupefilter when the first
+        # node closes, under the feet of the others.
+        "SCHEDULER_PERSIST": True,
+        # A node whose frontier runs dry waits a little for the others' links.
+        "SCHEDULER_IDLE_BEFORE_CLOSE": 2,
+    }

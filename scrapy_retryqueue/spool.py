@@ -1,0 +1,171 @@
+"""A local spool for queue writes made while Redis is unreachable.
+
+Writes wait in memory up to a limit, then in a JSON-lines file, and are
+replayed in order once Redis answers again. The file is locked by the process
+that owns it; a file whose lock is free belongs to a crawl that died, and the
+next crawl of the same spider adopts and replays it, so a crash during an
+outage loses nothing either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import threading
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+from .queue import Write
+
+
+def _to_line(write: Write) -> str:
+    return json.dumps(
+        [
+            write.op,
+            write.task_id,
+            write.now,
+            write.token,
+            write.envelope,
+            write.due,
+            write.kind,
+            write.attempt,
+            write.url,
+        ],
+        separators=(",", ":"),
+    )
+
+
+def _from_line(line: str) -> Write:
+    op, task_id, now, token, envelope, due, kind, attempt, url = json.loads(line)
+    return Write(op, task_id, int(now), token, envelope, int(due), kind, int(attempt), url)
+
+
+class SpoolFull(Exception):
+    """The spool holds RETRYQUEUE_SPOOL_MAX writes already."""
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+class Spool:
+    """Thread-safe FIFO of writes: memory first, then a file."""
+
+    def __init__(
+        self, directory: Path, spider: str, node_id: str, *, memory_limit: int, limit: int
+    ):
+        self.directory = directory / "spool" / _safe(spider)
+        self.path = self.directory / f"{_safe(node_id)}.jsonl"
+        self.memory_limit = memory_limit
+        self.limit = limit
+        self._memory: deque[Write] = deque()
+        self._on_disk = 0
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._memory) + self._on_disk
+
+    def open(self) -> list[Write]:
+        """Lock this process's file; return the writes of dead crawls' files."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until close
+        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        adopted: list[Write] = []
+        for other in sorted(self.directory.glob("*.jsonl")):
+            if other == self.path:
+                continue
+            adopted += self._adopt(other)
+        # Our own file may hold writes of an earlier process with the same node id.
+        self._file.seek(0)
+        adopted += [_from_line(line) for line in self._file if line.strip()]
+        self._file.seek(0)
+        self._file.truncate()
+        return adopted
+
+    def _adopt(self, path: Path) -> list[Write]:
+        with open(path, "r+", encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return []  # a live crawl owns it
+            writes = [_from_line(line) for line in handle if line.strip()]
+            path.unlink()
+            return writes
+
+    def add(self, write: Write) -> None:
+        with self._lock:
+            if len(self) >= self.limit:
+                raise SpoolFull(f"the local spool holds {len(self)} writes (RETRYQUEUE_SPOOL_MAX)")
+            if len(self._memory) < self.memory_limit and not self._on_disk:
+                self._memory.append(write)
+                return
+            self._append_to_file([write])
+
+    def _append_to_file(self, writes: list[Write]) -> None:
+        assert self._file is not None, "spool not open"
+        self._file.seek(0, os.SEEK_END)
+        self._file.write("".join(_to_line(w) + "\n" for w in writes))
+        self._file.flush()
+        self._on_disk += len(writes)
+
+    def take(self) -> list[Write]:
+        """Every spooled write, oldest first; the spool is empty afterwards."""
+        with self._lock:
+            writes = list(self._memory)
+            self._memory.clear()
+            if self._on_disk and self._file is not None:
+                self._file.seek(0)
+                writes += [_from_line(line) for line in self._file if line.strip()]
+                self._file.seek(0)
+                self._file.truncate()
+                self._on_disk = 0
+            return writes
+
+    def put_back(self, writes: list[Write]) -> None:
+        """Return writes that could not be replayed, ahead of newer ones."""
+        with self._lock:
+            newer = list(self._memory)
+            self._memory.clear()
+            if self._on_disk and self._file is not None:
+                self._file.seek(0)
+                newer += [_from_line(line) for line in self._file if line.strip()]
+                self._file.seek(0)
+                self._file.truncate()
+                self._on_disk = 0
+            everything = writes + newer
+            head, tail = everything[: self.memory_limit], everything[self.memory_limit :]
+            self._memory.extend(head)
+            if tail:
+                self._append_to_file(tail)
+
+    def close(self) -> int:
+        """Move what is in memory to the file for the next crawl; return how many wait."""
+        with self._lock:
+            waiting = len(self)
+            if self._file is None:
+                return waiting
+            if self._memory:
+                pending = list(self._memory)
+                self._memory.clear()
+                self._file.seek(0)
+                on_disk = [line for line in self._file if line.strip()]
+                self._file.seek(0)
+                self._file.truncate()
+                self._file.write("".join(_to_line(w) + "\n" for w in pending) + "".join(on_disk))
+                self._file.flush()
+            empty = waiting == 0
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+            if empty:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+            return waiting
+
+    def describe(self) -> dict[str, Any]:
+        return {"memory": len(self._memory), "file": self._on_disk, "path": str(self.path)}

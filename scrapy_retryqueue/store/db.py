@@ -1,0 +1,276 @@
+"""Engines, the schema version check and migrations of the SQL store.
+
+``Store(url)`` opens a database; :meth:`Store.ensure_schema` refuses, with a
+message that says what to do, a database whose schema is older or newer than
+this code, and creates the schema in an empty one (Alembic migrations shipped
+with the package; ``scrapy deadletters migrate`` applies them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from ..config import redact_url
+from .models import VERSION_TABLE, tasks_table
+
+logger = logging.getLogger(__name__)
+
+SCRIPT_LOCATION = "scrapy_retryqueue.store:migrations"
+#: pg_advisory_lock key serializing schema creation between nodes ("rqstore").
+_PG_LOCK_KEY = 0x7271_7374_6F72_65
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message says why and what to do."""
+
+
+class StoreUnavailable(StoreError):
+    """The database does not answer (down, unreachable, refused)."""
+
+
+class SchemaError(StoreError):
+    """The database's schema is missing, older or newer than this code."""
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """One line for a database error (no SQL, no parameters)."""
+    orig = getattr(exc, "orig", None) or exc
+    first = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {first[0] if first else ''}".rstrip(": ")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    name = type(getattr(exc, "orig", exc)).__name__
+    return name in ("OperationalError", "InterfaceError")
+
+
+def alembic_config(script_location: str = SCRIPT_LOCATION) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", script_location)
+    return cfg
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    #: Revision recorded in the database; None for an unversioned database.
+    current: str | None
+    #: Revision this code needs.
+    head: str
+    #: ok, empty, older, newer or unversioned.
+    state: str
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for *url*; SQLite files get their directory, WAL and a busy timeout.
+
+    A ``postgresql://`` URL without a driver uses psycopg2, the driver this
+    package depends on (SQLAlchemy 2.1 would pick psycopg 3).
+    """
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs["connect_args"] = {
+            "connect_timeout": 5,
+            "application_name": "scrapy-retryqueue",
+        }
+        kwargs["pool_size"] = 2
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except ImportError as exc:
+        raise StoreError(
+            f"the database driver for {redact_url(url)} is not installed ({exc})"
+        ) from None
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+    return engine
+
+
+class Store:
+    """One database of failure history and dead letters."""
+
+    def __init__(self, url: str, *, script_location: str = SCRIPT_LOCATION) -> None:
+        self.url = url
+        self.safe_url = redact_url(url)
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self.table = tasks_table
+        self._alembic = alembic_config(script_location)
+        self._script = ScriptDirectory.from_config(self._alembic)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- connections -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A connection; a database that does not answer raises StoreUnavailable."""
+        try:
+            conn = self.engine.connect()
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"the database at {self.safe_url} does not answer ({describe_db_error(exc)})"
+            ) from None
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[Connection]:
+        with self.connect() as conn, conn.begin():
+            yield conn
+
+    def ping(self) -> None:
+        with self.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    # -- schema --------------------------------------------------------------
+
+    @property
+    def head(self) -> str:
+        head = self._script.get_current_head()
+        assert head is not None
+        return head
+
+    def schema_state(self, conn: Connection | None = None) -> SchemaState:
+        if conn is None:
+            with self.connect() as c:
+                return self.schema_state(c)
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        heads = context.get_current_heads()
+        current = heads[0] if heads else None
+        head = self.head
+        if current is None:
+            has_tables = inspect(conn).has_table(self.table.name)
+            state = "unversioned" if has_tables else "empty"
+        elif current == head:
+            state = "ok"
+        else:
+            try:
+                known = self._script.get_revision(current) is not None
+            except CommandError:
+                known = False
+            state = "older" if known else "newer"
+        return SchemaState(current, head, state)
+
+    def ensure_schema(self, *, create: bool = True) -> SchemaState:
+        """Check that the schema matches this code; create it in an empty database."""
+        with self.connect() as conn:
+            state = self.schema_state(conn)
+            conn.rollback()
+        if state.state == "empty" and create:
+            self.upgrade()
+            return self.schema_state()
+        self.raise_for(state)
+        return state
+
+    def raise_for(self, state: SchemaState) -> None:
+        where = f"the store database at {self.safe_url}"
+        if state.state == "ok":
+            return
+        if state.state == "empty":
+            raise SchemaError(
+                f"{where} has no scrapy-retryqueue schema; create it with "
+                "`scrapy deadletters migrate`"
+            )
+        if state.state == "unversioned":
+            raise SchemaError(
+                f"{where} has a {self.table.name} table but no schema version "
+                f"({VERSION_TABLE}); it was not made by these migrations: move it away "
+                "or point RETRYQUEUE_DATABASE_URL at another database"
+            )
+        if state.state == "older":
+            raise SchemaError(
+                f"{where} has schema revision {state.current}, older than the {state.head} "
+                "this scrapy-retryqueue needs; upgrade it with `scrapy deadletters migrate`"
+            )
+        raise SchemaError(
+            f"{where} has schema revision {state.current}, which this scrapy-retryqueue does "
+            f"not know (it needs {state.head}): a newer version made it; upgrade "
+            "scrapy-retryqueue on this node"
+        )
+
+    def upgrade(self, revision: str = "head") -> tuple[str | None, str]:
+        """Apply migrations up to *revision*; returns (before, after)."""
+        with self._schema_lock():
+            with self.connect() as conn:
+                before = self.schema_state(conn)
+                conn.rollback()
+            if before.state in ("newer", "unversioned"):
+                self.raise_for(before)
+            if before.state == "ok" and revision == "head":
+                return before.current, before.current or ""
+            with self.connect() as conn:
+                self._alembic.attributes["connection"] = conn
+                try:
+                    command.upgrade(self._alembic, revision)
+                    conn.commit()
+                finally:
+                    self._alembic.attributes.pop("connection", None)
+            return before.current, self.schema_state().current or ""
+
+    def upgrade_sql(self, revision: str = "head") -> str:
+        """The SQL that :meth:`upgrade` runs from an empty database (offline mode)."""
+        import io
+
+        buffer = io.StringIO()
+        cfg = alembic_config(self._alembic.get_main_option("script_location") or SCRIPT_LOCATION)
+        cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
+        cfg.output_buffer = buffer
+        command.upgrade(cfg, revision, sql=True)
+        return buffer.getvalue()
+
+    @contextlib.contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """Serialize schema changes between processes (several nodes start at once)."""
+        if self.dialect == "postgresql":
+            with self.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                    conn.commit()
+        elif self.dialect == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
+            lock_path = Path(f"{self.engine.url.database}.lock")
+            with open(lock_path, "a+") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+        else:
+            yield

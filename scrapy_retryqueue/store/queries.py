@@ -1,0 +1,289 @@
+"""Reading and changing the store for people: filters, export rows, counts.
+
+Used by ``scrapy deadletters`` and ``scrapy retryqueue status``; no Scrapy here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Text, and_, cast, func, or_, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..defaults import ALL_KINDS, TASK_STATUSES
+from .models import tasks_table
+
+FINAL_STATUSES = ("succeeded", "dead", "cancelled")
+
+#: Columns of an export, in order.
+EXPORT_COLUMNS = (
+    "id",
+    "spider",
+    "task_id",
+    "status",
+    "kind",
+    "url",
+    "domain",
+    "method",
+    "attempts_total",
+    "attempts",
+    "max_retries",
+    "reclaims",
+    "last_error_kind",
+    "last_error_type",
+    "last_error_status",
+    "last_error_message",
+    "first_error_kind",
+    "first_error_type",
+    "first_error_status",
+    "first_error_message",
+    "node",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "next_retry_at",
+    "requeues",
+    "requeued_at",
+    "history",
+    "envelope",
+)
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*(?:ago)?\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+class FilterError(ValueError):
+    """A filter value that cannot be used; the message names the option and value."""
+
+
+def parse_time(option: str, value: str, *, now: datetime | None = None) -> datetime:
+    """An aware datetime from ISO 8601 (naive = local time), ``today``, or ``7d`` (ago)."""
+    now = now or datetime.now(UTC)
+    text = value.strip()
+    relative = _RELATIVE.match(text)
+    if relative:
+        amount, unit = float(relative.group(1)), relative.group(2).lower()
+        return now - timedelta(**{_UNITS[unit]: amount})
+    if text.lower() in ("today", "yesterday"):
+        local_midnight = (
+            datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        )
+        return local_midnight - timedelta(days=1 if text.lower() == "yesterday" else 0)
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise FilterError(
+            f"{option} {value!r} is not a date or time; use e.g. 2024-05-01, "
+            "2024-05-01T13:30, 2024-05-01T13:30+02:00, today, or 7d / 12h / 30m (ago)"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()  # local time
+    return parsed.astimezone(UTC)
+
+
+@dataclass(slots=True)
+class Filters:
+    spiders: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)
+    http_statuses: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    since: datetime | None = None
+    until: datetime | None = None
+    statuses: list[str] = field(default_factory=lambda: ["dead"])
+    #: Row ids (numbers) or task ids (fingerprints).
+    ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        spiders: Sequence[str] = (),
+        kinds: Sequence[str] = (),
+        domains: Sequence[str] = (),
+        http_statuses: Sequence[str] = (),
+        nodes: Sequence[str] = (),
+        since: str | None = None,
+        until: str | None = None,
+        statuses: Sequence[str] = ("dead",),
+        ids: Sequence[str] = (),
+    ) -> Filters:
+        """Validate command-line values; FilterError names the bad one."""
+
+        def split(values: Sequence[str]) -> list[str]:
+            return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+        kinds_ = split(kinds)
+        for kind in kinds_:
+            if kind not in ALL_KINDS:
+                raise FilterError(f"--kind {kind!r} is not a kind; known: {', '.join(ALL_KINDS)}")
+        statuses_ = split(statuses)
+        if statuses_ == ["all"]:
+            statuses_ = list(TASK_STATUSES)
+        for status in statuses_:
+            if status not in TASK_STATUSES:
+                raise FilterError(
+                    f"--status {status!r} is not a status; known: {', '.join(TASK_STATUSES)}, all"
+                )
+        http: list[int] = []
+        for code in split(http_statuses):
+            if not code.isdigit() or not 100 <= int(code) <= 599:
+                raise FilterError(f"--http-status {code!r} is not an HTTP status (100-599)")
+            http.append(int(code))
+        domains_ = [d.lower().lstrip(".") for d in split(domains)]
+        for domain in domains_:
+            if "/" in domain or ":" in domain:
+                raise FilterError(f"--domain {domain!r} must be a host name like example.com")
+        since_ = parse_time("--since", since) if since else None
+        until_ = parse_time("--until", until) if until else None
+        if since_ and until_ and since_ >= until_:
+            raise FilterError(f"--since {since!r} is not before --until {until!r}")
+        return cls(
+            spiders=split(spiders),
+            kinds=kinds_,
+            domains=domains_,
+            http_statuses=http,
+            nodes=split(nodes),
+            since=since_,
+            until=until_,
+            statuses=statuses_ or ["dead"],
+            ids=split(ids),
+        )
+
+    @property
+    def time_column(self) -> Any:
+        c = tasks_table.c
+        return c.finished_at if set(self.statuses) <= set(FINAL_STATUSES) else c.updated_at
+
+    def where(self) -> ColumnElement[bool]:
+        c = tasks_table.c
+        clauses: list[Any] = [c.status.in_(self.statuses)]
+        if self.spiders:
+            clauses.append(c.spider.in_(self.spiders))
+        if self.kinds:
+            clauses.append(c.kind.in_(self.kinds))
+        if self.domains:
+            clauses.append(
+                or_(*(or_(c.domain == d, c.domain.like(f"%.{d}")) for d in self.domains))
+            )
+        if self.http_statuses:
+            clauses.append(c.last_error_status.in_(self.http_statuses))
+        if self.nodes:
+            clauses.append(c.node.in_(self.nodes))
+        if self.since is not None:
+            clauses.append(self.time_column >= self.since)
+        if self.until is not None:
+            clauses.append(self.time_column < self.until)
+        if self.ids:
+            numbers = [int(i) for i in self.ids if i.isdigit() and len(i) < 19]
+            clauses.append(or_(c.task_id.in_(self.ids), c.id.in_(numbers)))
+        return and_(*clauses)
+
+    def describe(self) -> str:
+        parts = [f"status={','.join(self.statuses)}"]
+        for name, values in (
+            ("spider", self.spiders),
+            ("kind", self.kinds),
+            ("domain", self.domains),
+            ("http-status", [str(s) for s in self.http_statuses]),
+            ("node", self.nodes),
+            ("id", self.ids),
+        ):
+            if values:
+                parts.append(f"{name}={','.join(values)}")
+        if self.since:
+            parts.append(f"since={self.since.isoformat(timespec='seconds')}")
+        if self.until:
+            parts.append(f"until={self.until.isoformat(timespec='seconds')}")
+        return " ".join(parts)
+
+
+def count(conn: Connection, filters: Filters) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).select_from(tasks_table).where(filters.where())
+        ).scalar_one()
+    )
+
+
+#: Export columns whose values are JSON documents (streamed as their JSON text).
+JSON_COLUMNS = frozenset({"attempts", "history", "envelope"})
+TIME_COLUMNS = frozenset(
+    {"created_at", "updated_at", "finished_at", "next_retry_at", "requeued_at"}
+)
+
+
+def stream_rows(
+    conn: Connection, filters: Filters, *, limit: int | None = None, chunk: int = 2000
+) -> Iterator[tuple[Any, ...]]:
+    """Matching rows as tuples in EXPORT_COLUMNS order, oldest id first, in constant
+    memory: a server-side cursor on PostgreSQL, a lazily read cursor on SQLite.
+
+    JSON columns come as their JSON text (None for SQL NULL), not decoded.
+    """
+    c = tasks_table.c
+    columns = [
+        cast(c[name], Text).label(name) if name in JSON_COLUMNS else c[name]
+        for name in EXPORT_COLUMNS
+    ]
+    stmt = select(*columns).where(filters.where()).order_by(c.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    result = conn.execution_options(stream_results=True, yield_per=chunk).execute(stmt)
+    for row in result:
+        yield tuple(row)
+
+
+def status_counts(
+    conn: Connection, spiders: Sequence[str] | None, *, since_today: datetime, top: int = 5
+) -> dict[str, dict[str, Any]]:
+    """Per spider: counts by status, succeeded today, by kind and top domains."""
+    c = tasks_table.c
+    spider_filter = c.spider.in_(list(spiders)) if spiders else True
+    out: dict[str, dict[str, Any]] = {}
+
+    def entry(spider: str) -> dict[str, Any]:
+        return out.setdefault(
+            spider,
+            {"statuses": {}, "succeeded_today": 0, "by_kind": {}, "top_domains": []},
+        )
+
+    for spider, status, n in conn.execute(
+        select(c.spider, c.status, func.count()).where(spider_filter).group_by(c.spider, c.status)
+    ):
+        entry(spider)["statuses"][status] = int(n)
+    for spider, n in conn.execute(
+        select(c.spider, func.count())
+        .where(and_(spider_filter, c.status == "succeeded", c.finished_at >= since_today))
+        .group_by(c.spider)
+    ):
+        entry(spider)["succeeded_today"] = int(n)
+    open_statuses = ("waiting", "retrying", "dead")
+    for spider, kind, status, n in conn.execute(
+        select(c.spider, c.kind, c.status, func.count())
+        .where(and_(spider_filter, c.status.in_(open_statuses)))
+        .group_by(c.spider, c.kind, c.status)
+    ):
+        group = "dead" if status == "dead" else "pending"
+        by_kind = entry(spider)["by_kind"].setdefault(kind or "?", {"pending": 0, "dead": 0})
+        by_kind[group] += int(n)
+    domains: dict[str, dict[str, dict[str, int]]] = {}
+    for spider, domain, status, n in conn.execute(
+        select(c.spider, c.domain, c.status, func.count())
+        .where(and_(spider_filter, c.status.in_(open_statuses)))
+        .group_by(c.spider, c.domain, c.status)
+    ):
+        group = "dead" if status == "dead" else "pending"
+        per = domains.setdefault(spider, {}).setdefault(domain or "?", {"pending": 0, "dead": 0})
+        per[group] += int(n)
+    for spider, per_domain in domains.items():
+        ranked = sorted(
+            per_domain.items(), key=lambda kv: (-(kv[1]["pending"] + kv[1]["dead"]), kv[0])
+        )
+        entry(spider)["top_domains"] = [{"domain": d, **n} for d, n in ranked[:top]]
+    return out

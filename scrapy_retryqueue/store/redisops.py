@@ -1,0 +1,161 @@
+"""The Redis side of the store writer: the events stream's consumer group and
+the removal of dead letters once the store holds them.
+
+Kept apart from :mod:`scrapy_retryqueue.queue` (the retry queue's own
+operations); key names still come from :mod:`scrapy_retryqueue.keys`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+
+from ..defaults import STORE_CONSUMER_GROUP
+from ..keys import Keys, keys_for
+
+Entry = tuple[Any, Any]
+
+
+def load_script(name: str) -> str:
+    """The source of ``store/lua/<name>.lua`` (the store's own scripts)."""
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class EventStream:
+    """One spider's events stream, read through the store's consumer group."""
+
+    def __init__(
+        self,
+        client: redis.Redis | Any,
+        spider: str,
+        *,
+        consumer: str,
+        group: str = STORE_CONSUMER_GROUP,
+    ) -> None:
+        self.client = client
+        self.spider = spider
+        self.keys: Keys = keys_for(spider)
+        self.consumer = consumer
+        self.group = group
+        self._forget = client.register_script(load_script("forget_dead"))
+        self._group_ready = False
+
+    def ensure_group(self) -> None:
+        """Create the consumer group (from the stream's start) unless it exists."""
+        if self._group_ready:
+            return
+        try:
+            self.client.xgroup_create(self.keys.events, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
+        reply = self.client.xreadgroup(
+            self.group, self.consumer, {self.keys.events: start}, count=count, block=block_ms
+        )
+        if not reply:
+            return []
+        # [[stream, [(id, fields), ...]]] (RESP2) or {stream: [[...]]} (RESP3)
+        if isinstance(reply, dict):
+            streams = list(reply.values())
+            return list(streams[0][0]) if streams and streams[0] else []
+        return list(reply[0][1])
+
+    def read_own_pending(self, count: int, after: Any = "0") -> list[Entry]:
+        """Entries delivered to this consumer and not acknowledged (a failed write),
+        from the one after *after* on."""
+        self.ensure_group()
+        return self._read(_s(after), count, None)
+
+    def read_new(self, count: int, block_ms: int) -> list[Entry]:
+        self.ensure_group()
+        return self._read(">", count, block_ms or None)
+
+    def claim_stale(
+        self, count: int, min_idle_ms: int, cursor: str = "0-0"
+    ) -> tuple[str, list[Entry], list[str]]:
+        """Take over entries another consumer read and never acknowledged.
+
+        Returns (next cursor, entries, ids of entries trimmed from the stream).
+        """
+        self.ensure_group()
+        reply = self.client.xautoclaim(
+            self.keys.events, self.group, self.consumer, min_idle_ms, start_id=cursor, count=count
+        )
+        next_cursor = _s(reply[0])
+        entries = [e for e in reply[1] if e and e[1]]
+        deleted = [_s(x) for x in (reply[2] if len(reply) > 2 else [])]
+        deleted += [_s(e[0]) for e in reply[1] if e and not e[1]]
+        return next_cursor, entries, deleted
+
+    def ack(self, ids: Sequence[Any]) -> int:
+        if not ids:
+            return 0
+        return int(self.client.xack(self.keys.events, self.group, *ids))
+
+    def pending_count(self) -> int:
+        """Entries read by some consumer of the group and not acknowledged."""
+        self.ensure_group()
+        info = self.client.xpending(self.keys.events, self.group)
+        return int(info["pending"] if isinstance(info, dict) else info[0])
+
+    def lag(self) -> int | None:
+        """Entries not yet delivered to the group (None when Redis cannot tell)."""
+        for group in self.client.xinfo_groups(self.keys.events):
+            name = _s(group.get("name", group.get(b"name", b"")))
+            if name == self.group:
+                lag = group.get("lag")
+                return None if lag is None else int(lag)
+        return None
+
+    def envelopes(
+        self, task_ids: Iterable[str], dead_ids: Iterable[str]
+    ) -> tuple[list[Any], list[Any]]:
+        """Raw envelopes of live tasks and of dead letters, in the order asked."""
+        task_ids, dead_ids = list(task_ids), list(dead_ids)
+        if not task_ids and not dead_ids:
+            return [], []
+        pipe = self.client.pipeline(transaction=False)
+        if task_ids:
+            pipe.hmget(self.keys.tasks, task_ids)
+        if dead_ids:
+            pipe.hmget(self.keys.deadtasks, dead_ids)
+        replies = pipe.execute()
+        tasks = replies.pop(0) if task_ids else []
+        dead = replies.pop(0) if dead_ids else []
+        return tasks, dead
+
+    def forget_dead(self, deaths: Sequence[tuple[str, int]]) -> int:
+        """Remove dead letters (task id, time of death) that the store holds."""
+        removed = 0
+        for start in range(0, len(deaths), 500):
+            args: list[Any] = []
+            for task_id, ts in deaths[start : start + 500]:
+                args += [task_id, ts]
+            removed += int(self._forget(keys=[self.keys.dead, self.keys.deadtasks], args=args))
+        return removed
+
+    def dead_letters(
+        self, *, older_than_ms: int, skip: int, count: int
+    ) -> list[tuple[str, int, Any]]:
+        """Dead letters still in Redis, oldest first: (task id, time of death, envelope)."""
+        rows = self.client.zrangebyscore(
+            self.keys.dead, "-inf", older_than_ms, start=skip, num=count, withscores=True
+        )
+        if not rows:
+            return []
+        ids = [_s(raw_id) for raw_id, _ in rows]
+        envelopes = self.client.hmget(self.keys.deadtasks, ids)
+        return [
+            (task_id, int(score), env)
+            for task_id, (_, score), env in zip(ids, rows, envelopes, strict=True)
+        ]

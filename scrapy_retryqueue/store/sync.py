@@ -1,0 +1,352 @@
+"""Moves events from a spider's events stream into the store, batch by batch.
+
+One :meth:`EventSync.step`: read a batch (this consumer's unacknowledged
+entries first, then entries that a dead consumer left, then new ones), build
+the rows, write them in one transaction, and only after the commit remove the
+stored dead letters from Redis and acknowledge the entries. A failure anywhere
+leaves the entries pending, to be written by the next step: replaying them is
+a no-op for rows already written.
+
+Blocking: the Scrapy extension runs it in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, select
+from sqlalchemy.exc import DBAPIError
+
+from ..policy import PolicyTable
+from ..writer import (
+    ENVELOPE_FROM_DEAD,
+    ENVELOPE_FROM_TASKS,
+    Batch,
+    Event,
+    apply_batch,
+    build_batch,
+    parse_entries,
+    parse_envelope,
+    stored_deaths,
+    sweep_statement,
+)
+from .db import Store, describe_db_error, is_connection_error
+from .redisops import EventStream
+
+logger = logging.getLogger(__name__)
+
+Stats = Callable[[str, int], None]
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A batch read from the stream, its rows built, not yet written."""
+
+    entries: list[Any]
+    batch: Batch
+    claimed: int
+
+
+@dataclass(slots=True)
+class StepResult:
+    events: int = 0
+    rows: int = 0
+    dead_stored: int = 0
+    claimed: int = 0
+
+    def __iadd__(self, other: StepResult) -> StepResult:
+        self.events += other.events
+        self.rows += other.rows
+        self.dead_stored += other.dead_stored
+        self.claimed += other.claimed
+        return self
+
+
+class EventSync:
+    def __init__(
+        self,
+        store: Store,
+        client: Any,
+        spider: str,
+        *,
+        consumer: str,
+        batch_size: int = 500,
+        claim_idle: float = 60.0,
+        policy_table: PolicyTable | None = None,
+        stats: Stats | None = None,
+    ) -> None:
+        self.store = store
+        self.stream = EventStream(client, spider, consumer=consumer)
+        self.spider = spider
+        self.batch_size = batch_size
+        self.claim_idle_ms = int(claim_idle * 1000)
+        self.policy_table = policy_table
+        self._stats = stats
+        #: Read this consumer's pending entries first (at start and after a failure).
+        self._own_pending = True
+        self._pending_cursor = "0"
+        self._claim_cursor = "0-0"
+        self._next_claim = 0.0
+
+    def inc(self, name: str, value: int = 1) -> None:
+        if self._stats is not None and value:
+            self._stats(f"retryqueue/store/{name}", value)
+
+    # -- one batch -------------------------------------------------------------
+
+    def step(self, block_ms: int = 0) -> StepResult:
+        """Write at most one batch; returns what was written (0 events: nothing to do)."""
+        prepared = self.fetch(block_ms)
+        if prepared is None:
+            return StepResult()
+        return self.write(prepared)
+
+    def fetch(self, block_ms: int = 0) -> Prepared | None:
+        """Read the next batch and build its rows (no database work).
+
+        This consumer's unacknowledged entries come first, then entries a dead
+        consumer left, then new ones.
+        """
+        stream = self.stream
+        entries: list[Any] = []
+        claimed = 0
+        if self._own_pending:
+            entries = stream.read_own_pending(self.batch_size, after=self._pending_cursor)
+            if entries:
+                self._pending_cursor = entries[-1][0]
+            else:
+                self._own_pending = False
+                self._pending_cursor = "0"
+        if not entries and time.monotonic() >= self._next_claim:
+            cursor, entries, trimmed = stream.claim_stale(
+                self.batch_size, self.claim_idle_ms, self._claim_cursor
+            )
+            if trimmed:
+                # Trimmed before anyone wrote them; the dead letter sweep covers deaths.
+                stream.ack(trimmed)
+                self.inc("trimmed", len(trimmed))
+            self._claim_cursor = cursor
+            claimed = len(entries)
+            if cursor == "0-0":
+                self._next_claim = time.monotonic() + max(1.0, self.claim_idle_ms / 2000)
+        if not entries:
+            entries = stream.read_new(self.batch_size, block_ms)
+        if not entries:
+            return None
+        try:
+            batch = self.build(parse_entries(self.spider, entries))
+        except BaseException:
+            self.reset()
+            raise
+        return Prepared(entries, batch, claimed)
+
+    def write(self, prepared: Prepared) -> StepResult:
+        """Write a fetched batch in one transaction; after the commit, remove the
+        stored dead letters from Redis and acknowledge the entries."""
+        batch, entries = prepared.batch, prepared.entries
+        try:
+            try:
+                with self.store.begin() as conn:
+                    applied = apply_batch(conn, batch)
+            except DBAPIError as exc:
+                if is_connection_error(exc):
+                    raise
+                # A row the database refuses (bad data) must not block the stream.
+                applied = self._write_row_by_row(batch, exc)
+            deaths = stored_deaths(batch, applied)
+            self.stream.forget_dead([(task_id, ts) for _, task_id, ts in deaths])
+            self.stream.ack([entry[0] for entry in entries])
+        except BaseException:
+            self.reset()
+            raise
+        self.inc("events", len(entries))
+        self.inc("rows", batch.rows)
+        self.inc("batches")
+        self.inc("dead_stored", len(deaths))
+        self.inc("claimed_stale", prepared.claimed)
+        return StepResult(len(entries), batch.rows, len(deaths), prepared.claimed)
+
+    def _write_row_by_row(
+        self, batch: Batch, error: BaseException
+    ) -> set[tuple[str, str, int, int]]:
+        logger.warning(
+            "scrapy-retryqueue: the store refused a batch of %d row(s) (%s); writing them "
+            "one by one",
+            batch.rows,
+            describe_db_error(error),
+        )
+        applied: set[tuple[str, str, int, int]] = set()
+        with self.store.begin() as conn:
+            for generation in batch.generations:
+                for row in generation:
+                    savepoint = conn.begin_nested()
+                    try:
+                        applied |= apply_batch(conn, Batch(generations=[[row]]))
+                        savepoint.commit()
+                    except DBAPIError as exc:
+                        savepoint.rollback()
+                        if is_connection_error(exc):
+                            raise
+                        self.inc("rejected")
+                        logger.error(
+                            "scrapy-retryqueue: the store refused task %s of spider %r (%s); "
+                            "its events are acknowledged, a dead letter of it stays in Redis",
+                            row["task_id"],
+                            row["spider"],
+                            describe_db_error(exc),
+                        )
+        return applied
+
+    def write_entries(self, entries: list[Any]) -> StepResult:
+        """Write these stream entries (read elsewhere) as one batch."""
+        return self.write(Prepared(entries, self.build(parse_entries(self.spider, entries)), 0))
+
+    def reset(self) -> None:
+        """After a failure: start again from this consumer's unacknowledged entries."""
+        self._own_pending = True
+        self._pending_cursor = "0"
+
+    def build(self, events: list[Event]) -> Batch:
+        wanted_tasks = list(
+            dict.fromkeys(e.task_id for e in events if e.type in ENVELOPE_FROM_TASKS)
+        )
+        wanted_dead = list(dict.fromkeys(e.task_id for e in events if e.type in ENVELOPE_FROM_DEAD))
+        raw_tasks, raw_dead = self.stream.envelopes(wanted_tasks, wanted_dead)
+        envelopes: dict[tuple[str, str, str], Any] = {}
+        for task_id, raw in zip(wanted_tasks, raw_tasks, strict=True):
+            envelopes[(self.spider, "tasks", task_id)] = parse_envelope(raw)
+        for task_id, raw in zip(wanted_dead, raw_dead, strict=True):
+            envelopes[(self.spider, "dead", task_id)] = parse_envelope(raw)
+        return build_batch(events, envelopes, policy_table=self.policy_table)
+
+    def drain(self, *, deadline: float | None = None, ahead: int = 2) -> StepResult:
+        """Write everything there is now (no waiting for new events).
+
+        A helper thread reads and builds up to *ahead* batches while the
+        current one is written, so Redis, JSON and the database work side by side.
+        """
+        total = StepResult()
+        ready: queue.Queue[Prepared | BaseException | None] = queue.Queue(maxsize=ahead)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                while not stop.is_set():
+                    prepared = self.fetch()
+                    ready.put(prepared)
+                    if prepared is None:
+                        return
+            except BaseException as exc:
+                ready.put(exc)
+
+        producer = threading.Thread(target=produce, name="retryqueue-store-fetch", daemon=True)
+        producer.start()
+        failed = False
+        try:
+            while True:
+                item = ready.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                total += self.write(item)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            stop.set()
+            left_over = False
+            while producer.is_alive() or not ready.empty():
+                with contextlib.suppress(queue.Empty):
+                    left_over |= isinstance(ready.get(timeout=0.05), Prepared)
+            # Only now that the helper stopped: batches it read but nobody wrote
+            # are pending in Redis, read again from this consumer's pending entries.
+            if failed or left_over:
+                self.reset()
+        return total
+
+    # -- dead letters whose events are gone -------------------------------------
+
+    def sweep_dead(self, *, older_than_ms: int | None = None) -> int:
+        """Store dead letters that sit in Redis without an event to carry them
+        (their events were trimmed, say, during a long database outage)."""
+        if older_than_ms is None:
+            older_than_ms = int(time.time() * 1000) - self.claim_idle_ms
+        stored = skip = 0
+        while True:
+            found = self.stream.dead_letters(
+                older_than_ms=older_than_ms, skip=skip, count=self.batch_size
+            )
+            if not found:
+                break
+            events, envelopes = [], {}
+            for task_id, ts, raw in found:
+                doc = parse_envelope(raw)
+                kind = (doc or {}).get("dead_kind") or (doc or {}).get("kind") or ""
+                fields = {"type": "dead", "id": task_id, "ts": str(ts), "kind": str(kind)}
+                events.append(Event("0-0", self.spider, fields))
+                envelopes[(self.spider, "dead", task_id)] = doc
+            batch = build_batch(events, envelopes, policy_table=self.policy_table)
+            table = self.store.table
+            with self.store.begin() as conn:
+                conn.execute(sweep_statement(conn.dialect.name), batch.generations[0])
+                recorded = conn.execute(
+                    select(table.c.task_id, table.c.finished_at).where(
+                        and_(
+                            table.c.spider == self.spider,
+                            table.c.status == "dead",
+                            table.c.task_id.in_([t for t, _, _ in found]),
+                        )
+                    )
+                ).all()
+            finished = {t: round(f.timestamp() * 1000) for t, f in recorded if f is not None}
+            done = [(t, ts) for t, ts, _ in found if finished.get(t, -1) >= ts]
+            removed = self.stream.forget_dead(done)
+            stored += removed
+            skip += len(found) - removed
+            if len(found) < self.batch_size:
+                break
+        self.inc("swept", stored)
+        return stored
+
+    # -- retention -----------------------------------------------------------
+
+    def apply_retention(
+        self, *, dead_days: float | None, history_days: float | None
+    ) -> tuple[int, int]:
+        """Delete this spider's dead letters / finished tasks older than the settings say."""
+        return apply_retention(
+            self.store, spider=self.spider, dead_days=dead_days, history_days=history_days
+        )
+
+
+def apply_retention(
+    store: Store, *, spider: str | None, dead_days: float | None, history_days: float | None
+) -> tuple[int, int]:
+    table = store.table
+    now = datetime.now(UTC)
+    counts = []
+    for days, statuses in ((dead_days, ("dead",)), (history_days, ("succeeded", "cancelled"))):
+        if days is None:
+            counts.append(0)
+            continue
+        cutoff = now - timedelta(days=days)
+        where = and_(table.c.status.in_(statuses), table.c.finished_at < cutoff)
+        if spider is not None:
+            where = and_(where, table.c.spider == spider)
+        with store.begin() as conn:
+            counts.append(int(conn.execute(delete(table).where(where)).rowcount or 0))
+    return counts[0], counts[1]
+
+
+__all__ = ["EventSync", "StepResult", "apply_retention"]

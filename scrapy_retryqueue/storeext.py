@@ -1,0 +1,294 @@
+"""The store writer as a Scrapy extension: events → PostgreSQL / SQLite during a crawl.
+
+It runs :class:`~scrapy_retryqueue.store.sync.EventSync` in a thread of its
+own, never on the reactor: the thread reads the spider's events stream through
+the ``store`` consumer group, writes batches, and acknowledges them after each
+commit. While the database is down it retries with a capped backoff (logging
+once per outage); the events wait in Redis and the crawl goes on. When the
+spider closes it writes what is left, for at most RETRYQUEUE_STORE_CLOSE_TIMEOUT
+seconds; anything still unwritten then waits in Redis for the next crawl.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
+from sqlalchemy.exc import SQLAlchemyError
+from twisted.internet import threads
+
+from .config import Config, load_config
+from .connection import client_for, embedded_dir
+from .exceptions import ConfigError
+from .runtime import runtime_if_any
+from .store.config import StoreConfig, load_store_config
+from .store.db import SchemaError, Store, StoreError, describe_db_error
+from .store.sync import EventSync, apply_retention
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: Database and Redis errors that mean "try again later".
+TRANSIENT = (StoreError, SQLAlchemyError, redis.RedisError, OSError)
+_FIRST_BACKOFF = 0.5
+_SWEEP_EVERY = 300.0
+_RETENTION_EVERY = 3600.0
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SQLAlchemyError):
+        return describe_db_error(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class RetryQueueStoreExtension:
+    def __init__(self, crawler: Crawler, config: Config, store_config: StoreConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.store_config = store_config
+        self.stats = crawler.stats
+        self.store: Store | None = None
+        self.sync: EventSync | None = None
+        self.client: redis.Redis | None = None
+        self.spider_name: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._outage_since: float | None = None
+        self._fatal: str | None = None
+        self._next_sweep = 0.0
+        self._next_retention = 0.0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
+        try:
+            config = load_config(crawler.settings)
+            store_config = load_store_config(crawler.settings)
+        except ConfigError as exc:
+            logger.error("scrapy-retryqueue: %s", exc)
+            raise
+        if not config.enabled:
+            raise NotConfigured("RETRYQUEUE_ENABLED is False")
+        if not store_config.enabled:
+            raise NotConfigured("RETRYQUEUE_STORE_ENABLED is False")
+        ext = cls(crawler, config, store_config)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        return ext
+
+    @property
+    def database_url(self) -> str:
+        return self.store_config.url_for(embedded_dir(self.config.embedded_dir))
+
+    def _inc(self, name: str, value: int) -> None:
+        self.stats.inc_value(name, value)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def spider_opened(self, spider: Spider) -> None:
+        self.spider_name = spider.name
+        self._thread = threading.Thread(target=self._run, name="retryqueue-store", daemon=True)
+        self._thread.start()
+
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
+        # The retry queue's last writes first: dead letters of the final
+        # failures, and the leases it releases as it closes.
+        runtime = runtime_if_any(self.crawler)
+        if runtime is not None and runtime.queue is not None:
+            await maybe_deferred_to_future(runtime.closed)
+        await maybe_deferred_to_future(threads.deferToThread(self._stop_thread))
+        await maybe_deferred_to_future(
+            threads.deferToThread(self._flush, self.store_config.close_timeout, final=False)
+        )
+
+    async def engine_stopped(self) -> None:
+        # Events written while the spider closed (released leases) and cleanup.
+        await maybe_deferred_to_future(
+            threads.deferToThread(
+                self._flush, min(5.0, self.store_config.close_timeout), final=True
+            )
+        )
+
+    def _stop_thread(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    # -- the writer thread -------------------------------------------------------
+
+    def _connect(self) -> EventSync:
+        if self.sync is not None:
+            return self.sync
+        if self.client is None:
+            directory = embedded_dir(self.config.embedded_dir)
+            kwargs: dict[str, Any] = {}
+            if getattr(self.config, "redis_cluster", False):
+                kwargs["cluster"] = True
+            self.client, _ = client_for(
+                self.config.redis_url, embedded_directory=directory, **kwargs
+            )
+        if self.store is None:
+            self.store = Store(self.database_url)
+        self.store.ensure_schema(create=self.store_config.create_schema)
+        assert self.spider_name is not None
+        self.sync = EventSync(
+            self.store,
+            self.client,
+            self.spider_name,
+            consumer=self.config.node_id,
+            batch_size=self.store_config.batch_size,
+            claim_idle=self.store_config.claim_idle,
+            policy_table=self.config.policy_table,
+            stats=self._inc,
+        )
+        logger.info(
+            "scrapy-retryqueue: writing failure history and dead letters to %s",
+            self.store.safe_url,
+        )
+        return self.sync
+
+    def _run(self) -> None:
+        backoff = _FIRST_BACKOFF
+        block_ms = int(self.store_config.interval * 1000)
+        while not self._stop.is_set() and self._fatal is None:
+            try:
+                with self._lock:
+                    sync = self._connect()
+                    self._housekeeping(sync)
+                    sync.step(block_ms=block_ms)
+                self._recovered()
+                backoff = _FIRST_BACKOFF
+            except SchemaError as exc:
+                self._give_up(str(exc))
+            except TRANSIENT as exc:
+                self._failed(exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.store_config.retry_max)
+            except Exception:  # a bug: say so, keep the events, and retry later
+                logger.exception("scrapy-retryqueue: the store writer failed")
+                self._inc("retryqueue/store/errors", 1)
+                self._stop.wait(self.store_config.retry_max)
+
+    def _housekeeping(self, sync: EventSync) -> None:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            swept = sync.sweep_dead()
+            if swept:
+                logger.info(
+                    "scrapy-retryqueue: stored %d dead letter(s) whose events were gone", swept
+                )
+            self._next_sweep = now + _SWEEP_EVERY
+        sc = self.store_config
+        if now >= self._next_retention and (sc.dead_retention or sc.history_retention):
+            assert self.store is not None
+            dead, history = apply_retention(
+                self.store,
+                spider=self.spider_name,
+                dead_days=sc.dead_retention,
+                history_days=sc.history_retention,
+            )
+            self._inc("retryqueue/store/retention_dead", dead)
+            self._inc("retryqueue/store/retention_history", history)
+            if dead or history:
+                logger.info(
+                    "scrapy-retryqueue: retention deleted %d dead letter(s) older than %s day(s) "
+                    "(RETRYQUEUE_DEAD_RETENTION) and %d finished task(s) older than %s day(s) "
+                    "(RETRYQUEUE_HISTORY_RETENTION) of spider %r",
+                    dead,
+                    sc.dead_retention,
+                    history,
+                    sc.history_retention,
+                    self.spider_name,
+                )
+            self._next_retention = now + _RETENTION_EVERY
+
+    def _failed(self, exc: BaseException) -> None:
+        self._inc("retryqueue/store/write_errors", 1)
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            self._inc("retryqueue/store/outages", 1)
+            url = self.store.safe_url if self.store is not None else self.database_url
+            logger.error(
+                "scrapy-retryqueue: the store at %s cannot be written (%s); events wait in "
+                "Redis and are written when it is back",
+                url,
+                _describe(exc),
+            )
+        # A connection that broke mid-transaction is discarded by the pool.
+        if self.store is not None:
+            self.store.engine.dispose()
+
+    def _recovered(self) -> None:
+        if self._outage_since is not None:
+            logger.warning(
+                "scrapy-retryqueue: the store is back after %.1fs; writing the events that waited",
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
+            self._next_sweep = 0.0  # events trimmed during the outage: their dead letters
+
+    def _give_up(self, message: str) -> None:
+        self._fatal = message
+        self._inc("retryqueue/store/schema_errors", 1)
+        logger.error("scrapy-retryqueue: %s. The store writer stops; events wait in Redis", message)
+
+    # -- closing -------------------------------------------------------------------
+
+    def _flush(self, timeout: float, *, final: bool) -> None:
+        deadline = time.monotonic() + timeout
+        backoff = _FIRST_BACKOFF
+        written = 0
+        while self._fatal is None and self.spider_name is not None:
+            try:
+                with self._lock:
+                    sync = self._connect()
+                    written += sync.drain(deadline=deadline).events
+                self._recovered()
+                break
+            except SchemaError as exc:
+                self._give_up(str(exc))
+            except TRANSIENT as exc:
+                self._failed(exc)
+                if time.monotonic() + backoff >= deadline:
+                    break
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.store_config.retry_max)
+        if final:
+            if written:
+                # Scrapy dumped the stats already: say it here.
+                logger.info(
+                    "scrapy-retryqueue: wrote %d more event(s) to the store after the spider "
+                    "closed",
+                    written,
+                )
+            self._close(written)
+
+    def _close(self, written: int) -> None:
+        left = None
+        if self.sync is not None:
+            try:
+                stream = self.sync.stream
+                left = stream.pending_count() + (stream.lag() or 0)
+            except (redis.RedisError, OSError):
+                left = None
+        if left:
+            logger.warning(
+                "scrapy-retryqueue: %d event(s) of %r are not in the store yet; they wait in "
+                "Redis and the next crawl of this spider writes them",
+                left,
+                self.spider_name,
+            )
+        if self.store is not None:
+            self.store.close()
+        if self.client is not None:
+            self.client.close()

@@ -1,0 +1,117 @@
+"""Helpers for tests that run real crawls: the flaky site and scrapy crawl, as subprocesses.
+
+A Twisted reactor cannot be restarted inside the test process, and a crawl
+that is killed (-9) must be a process of its own anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ROOT / "example_project"
+
+
+@dataclass
+class Site:
+    url: str
+    process: subprocess.Popen[str]
+
+    def get_json(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=10) as reply:
+            return json.load(reply)
+
+    def reset(self) -> None:
+        request = urllib.request.Request(self.url + "/__reset", method="POST")
+        urllib.request.urlopen(request, timeout=10).close()
+
+    def pages(self, scenario: str) -> list[str]:
+        """URLs of the pages that follow *scenario*."""
+        table = self.get_json("/__scenarios")
+        return [self.url + path for path, info in table.items() if info["scenario"] == scenario]
+
+
+@contextmanager
+def flaky_site(**options: Any) -> Iterator[Site]:
+    """The bundled flaky site on a free port; options are its command-line flags."""
+    command = [sys.executable, str(PROJECT / "flaky_site.py"), "--port", "0"]
+    for name, value in options.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    assert line.startswith("listening on "), line
+    try:
+        yield Site(line.removeprefix("listening on "), process)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def crawl_command(
+    site_url: str, spider: str, settings: dict[str, Any], out: Path, *args: str
+) -> list[str]:
+    """``scrapy crawl flaky`` of the example project, its items in *out*, its log beside."""
+    command = [sys.executable, "-m", "scrapy.cmdline", "crawl", "flaky"]
+    command += ["-a", f"site={site_url}", "-a", f"name={spider}", *args]
+    command += ["-O", str(out), "-s", f"LOG_FILE={out.with_suffix('.log')}"]
+    for name, value in settings.items():
+        text = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+        command += ["-s", f"{name}={text}"]
+    return command
+
+
+@dataclass
+class Crawl:
+    returncode: int
+    log: str
+    items: list[dict[str, Any]]
+
+
+def read_crawl(out: Path, returncode: int, stderr: str = "") -> Crawl:
+    log = out.with_suffix(".log")
+    lines = out.read_text().splitlines() if out.exists() else []
+    return Crawl(
+        returncode,
+        (log.read_text() if log.exists() else "") + stderr,
+        [json.loads(line) for line in lines],
+    )
+
+
+def crawl(
+    site_url: str, spider: str, tmp_path: Path, settings: dict[str, Any], *args: str
+) -> Crawl:
+    """Run one crawl to its end."""
+    out = tmp_path / f"{spider}-{uuid.uuid4().hex[:6]}.jsonl"
+    done = subprocess.run(
+        crawl_command(site_url, spider, settings, out, *args),
+        cwd=PROJECT,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
+    return read_crawl(out, done.returncode, done.stderr)
+
+
+def start_crawl(
+    site_url: str, spider: str, tmp_path: Path, settings: dict[str, Any], *args: str
+) -> tuple[subprocess.Popen[str], Path]:
+    """Start a crawl in the background (a fleet node); read it later with read_crawl."""
+    out = tmp_path / f"{spider}-{uuid.uuid4().hex[:6]}.jsonl"
+    process = subprocess.Popen(
+        crawl_command(site_url, spider, settings, out, *args),
+        cwd=PROJECT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, out

@@ -1,0 +1,66 @@
+"""The store's settings: defaults, and a clear error naming a bad setting and its value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.store.config import load_store_config
+
+
+def test_defaults_use_sqlite_under_the_embedded_dir_and_keep_everything() -> None:
+    config = load_store_config(Settings())
+    assert config.enabled and config.create_schema
+    assert config.database_url is None
+    assert config.url_for(Path("/p/.scrapy/retryqueue")) == (
+        "sqlite:////p/.scrapy/retryqueue/retryqueue.sqlite3"
+    )
+    assert (config.batch_size, config.interval) == (500, 1.0)
+    assert config.dead_retention is None and config.history_retention is None
+
+
+def test_command_line_strings_are_read() -> None:
+    config = load_store_config(
+        Settings(
+            {
+                "RETRYQUEUE_STORE_ENABLED": "false",
+                "RETRYQUEUE_STORE_BATCH_SIZE": "1000",
+                "RETRYQUEUE_DEAD_RETENTION": "30",
+                "RETRYQUEUE_HISTORY_RETENTION": "off",
+                "RETRYQUEUE_DATABASE_URL": "postgresql://u:secret@db/crawls",
+            }
+        )
+    )
+    assert not config.enabled
+    assert config.batch_size == 1000
+    assert (config.dead_retention, config.history_retention) == (30.0, None)
+    assert config.url_for(Path("/x")) == "postgresql://u:secret@db/crawls"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("RETRYQUEUE_STORE_BATCH_SIZE", 0, "RETRYQUEUE_STORE_BATCH_SIZE must be >= 1, got 0"),
+        ("RETRYQUEUE_STORE_BATCH_SIZE", "lots", "must be a whole number, got 'lots'"),
+        ("RETRYQUEUE_STORE_INTERVAL", "0", "RETRYQUEUE_STORE_INTERVAL must be > 0, got 0.0"),
+        ("RETRYQUEUE_STORE_RETRY_MAX", "nan", "RETRYQUEUE_STORE_RETRY_MAX must be a number"),
+        ("RETRYQUEUE_DEAD_RETENTION", -1, "RETRYQUEUE_DEAD_RETENTION must be >= 0, got -1"),
+        ("RETRYQUEUE_STORE_ENABLED", "maybe", "RETRYQUEUE_STORE_ENABLED must be True or False"),
+        (
+            "RETRYQUEUE_DATABASE_URL",
+            "mysql://u:hunter2@db/x",
+            "must be a postgresql:// or sqlite:/// URL, got 'mysql://u:***@db/x'",
+        ),
+        ("RETRYQUEUE_DATABASE_URL", "not a url", "must be a URL like postgresql://user@host/db"),
+    ],
+)
+def test_a_bad_value_names_the_setting_and_the_value(
+    name: str, value: object, message: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_store_config(Settings({name: value}))
+    assert message in str(error.value)
+    assert "hunter2" not in str(error.value)

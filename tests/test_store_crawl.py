@@ -1,0 +1,201 @@
+"""Real crawls with the store writer: every final failure ends in the database.
+
+One crawl writes to PostgreSQL while the PostgreSQL server is stopped and
+started again in the middle of it: nothing may be lost. Another uses the
+zero-setup default, SQLite under the embedded dir.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import select
+
+from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.store.db import Store
+from scrapy_retryqueue.store.redisops import EventStream
+
+from .crawling import Site, crawl, flaky_site, read_crawl, start_crawl
+
+pytestmark = pytest.mark.e2e
+
+FAST = {"base_delay": 0.5, "max_delay": 2}
+SETTINGS: dict[str, Any] = {
+    "DOWNLOAD_TIMEOUT": 1,
+    "CONCURRENT_REQUESTS": 16,
+    "TELNETCONSOLE_ENABLED": False,
+    "LOG_LEVEL": "INFO",
+    "RETRYQUEUE_POLL_INTERVAL": 0.2,
+    "RETRYQUEUE_IDLE_TIMEOUT": 30,
+    "RETRYQUEUE_POLICIES": {
+        kind: FAST for kind in ("timeout", "connection", "rate_limited", "server_error", "parse")
+    },
+    "RETRYQUEUE_STORE_INTERVAL": 0.2,
+    "RETRYQUEUE_STORE_RETRY_MAX": 1,
+}
+RECOVERED = {
+    "server_error_twice",
+    "rate_limited",
+    "timeout_once",
+    "drop_once",
+    "server_error_once",
+    "parse_once",
+}
+
+
+def pg_ctl(action: str) -> None:
+    version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action, *(
+            ["-m", "fast"] if action == "stop" else []
+        )],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+
+
+def pg_answers() -> bool:
+    return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"], check=False).returncode == 0
+
+
+@pytest.fixture
+def restart_postgres() -> Iterator[Callable[[], None]]:
+    """Stops PostgreSQL when called; it is always started again (and waited for) after."""
+    if not Path("/etc/postgresql").is_dir():
+        pytest.fail("this test stops and starts the local PostgreSQL with pg_ctlcluster")
+
+    def stop() -> None:
+        pg_ctl("stop")
+
+    try:
+        yield stop
+    finally:
+        if not pg_answers():
+            pg_ctl("start")
+        deadline = time.monotonic() + 30
+        while not pg_answers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def namespace(redis_url: str) -> Iterator[str]:
+    name = f"store{uuid.uuid4().hex[:8]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*all_keys(keys_for(name)))
+    client.close()
+
+
+def expected(site: Site) -> tuple[dict[str, str], set[str]]:
+    """URL → dead kind of the pages that must die, and the URLs that must recover."""
+    table = site.get_json("/__scenarios")
+    dead = {
+        site.url + path: info["expected"].removeprefix("dead:")
+        for path, info in table.items()
+        if info["expected"].startswith("dead:")
+    }
+    recovered = {site.url + path for path, info in table.items() if info["scenario"] in RECOVERED}
+    return dead, recovered
+
+
+def stored(store: Store, spider: str) -> dict[str, tuple[str, str]]:
+    table = store.table
+    with store.connect() as conn:
+        result = conn.execute(
+            select(table.c.url, table.c.status, table.c.kind).where(table.c.spider == spider)
+        )
+        return {url: (status, kind) for url, status, kind in result}
+
+
+def check_rows(
+    rows: dict[str, tuple[str, str]],
+    dead: dict[str, str],
+    recovered: set[str],
+    items: list[dict[str, Any]],
+) -> None:
+    """Every page that died is a dead letter with its kind, nothing else is; every
+    page that failed and then recovered (the flaky ones, and a healthy page that
+    timed out under load) is recorded as succeeded; no task is left open."""
+    assert {url: kind for url, (status, kind) in rows.items() if status == "dead"} == dead
+    succeeded = {url for url, (status, _) in rows.items() if status == "succeeded"}
+    assert recovered <= succeeded
+    assert succeeded <= {item["url"] for item in items}
+    assert {status for status, _ in rows.values()} == {"dead", "succeeded"}
+
+
+def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
+    new_pg_database: Callable[[], str],
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    restart_postgres: Callable[[], None],
+) -> None:
+    database = new_pg_database()
+    store = Store(database)
+    store.upgrade()
+    settings = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_DATABASE_URL": database}
+    with flaky_site(pages=200, slow=1.5, retry_after=1) as site:
+        process, out = start_crawl(site.url, namespace, tmp_path, settings)
+        try:
+            # Wait until the writer has written something, then take the database away.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not stored(store, namespace):
+                time.sleep(0.1)
+            assert stored(store, namespace), "the writer wrote nothing"
+            store.engine.dispose()
+            restart_postgres()
+            down_at = time.monotonic()
+            events = redis.Redis.from_url(redis_url)
+            length = events.xlen(keys_for(namespace).events)
+            # The crawl goes on and its events wait in Redis.
+            while time.monotonic() - down_at < 4:
+                time.sleep(0.2)
+            assert process.poll() is None, "the crawl stopped with the database"
+            assert events.xlen(keys_for(namespace).events) > length
+            events.close()
+            pg_ctl("start")
+            _, stderr = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        result = read_crawl(out, process.returncode, stderr)
+        assert result.returncode == 0, result.log[-3000:]
+        dead, recovered = expected(site)
+
+    assert "cannot be written" in result.log
+    assert "the store is back after" in result.log
+    check_rows(stored(store, namespace), dead, recovered, result.items)
+    # Nothing is left behind in Redis: no dead letter, no unwritten event.
+    client = redis.Redis.from_url(redis_url)
+    assert client.zcard(keys_for(namespace).dead) == 0
+    stream = EventStream(client, namespace, consumer="check")
+    assert stream.pending_count() == 0
+    assert stream.lag() == 0
+    client.close()
+    store.close()
+
+
+def test_the_default_store_is_sqlite_under_the_embedded_dir(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    embedded = tmp_path / "embedded"
+    settings = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_EMBEDDED_DIR": embedded}
+    with flaky_site(pages=40, slow=1.5, retry_after=1) as site:
+        result = crawl(site.url, namespace, tmp_path, settings)
+        dead, recovered = expected(site)
+    assert result.returncode == 0, result.log[-3000:]
+    path = embedded / "retryqueue.sqlite3"
+    assert f"writing failure history and dead letters to sqlite:///{path}" in result.log
+    store = Store(f"sqlite:///{path}")
+    rows = stored(store, namespace)
+    store.close()
+    check_rows(rows, dead, recovered, result.items)
+    assert f"'retryqueue/store/dead_stored': {len(dead)}" in result.log
