@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint bench clean
 
 $(STAMP): pyproject.toml setup.cfg
 	python3 -m venv $(VENV)
@@ -20,8 +20,13 @@ demo: install
 
 test: install
 	bash scripts/ensure-services
-	$(PY) -m ruff check scrapy_retryqueue tests example_project
+	$(PY) -m ruff check scrapy_retryqueue tests example_project benchmarks
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Benchmarks (not tests): writes docs/benchmarks.md; about ten minutes on 2 cores.
+bench: install
+	bash scripts/ensure-services
+	$(PY) -m benchmarks
 
 lint: install
 	$(PY) -m ruff check .

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -296,6 +297,10 @@ def _not_found_plan(attempt: int) -> Plan:
     return Plan(404)
 
 
+def _throttled_plan(retry_after: int, attempt: int) -> Plan:
+    return Plan(429, retry_after=max(1, retry_after))
+
+
 class FlakyHandler(BaseHTTPRequestHandler):
     # HTTP/1.1 keeps connections alive like a real site; every response that
     # may carry a body states its Content-Length so the framing stays correct.
@@ -349,6 +354,10 @@ class FlakyHandler(BaseHTTPRequestHandler):
         else:
             scenario = None
             decide = _not_found_plan
+        throttled = server.throttled()
+        if throttled is not None:
+            # A site under load: every page answers 429 until the throttle ends.
+            decide = partial(_throttled_plan, math.ceil(throttled))
         plan, entry = server.state.arrive(path, decide)
 
         # Waiting on the stop event rather than sleeping lets shutdown cut
@@ -465,6 +474,8 @@ class FlakyServer(ThreadingHTTPServer):
         retry_after: int = 2,
         latency: float = 0.0,
         mix: str = "demo",
+        throttle_after: int = 0,
+        throttle_for: float = 10.0,
     ) -> None:
         if mix not in MIXES:
             raise ValueError(f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
@@ -478,7 +489,27 @@ class FlakyServer(ThreadingHTTPServer):
         self.retry_after = retry_after
         self.state = SiteState()
         self.stopping = threading.Event()
+        #: After this many page requests (0: never), every page answers 429 with
+        #: Retry-After for throttle_for seconds, then the site is normal again.
+        self.throttle_after = throttle_after
+        self.throttle_for = throttle_for
+        self._throttle_lock = threading.Lock()
+        self._page_requests = 0
+        self._throttle_until: float | None = None
         super().__init__(address, FlakyHandler)
+
+    def throttled(self) -> float | None:
+        """Count a page request; the seconds of throttling left, None when not throttled."""
+        if not self.throttle_after:
+            return None
+        with self._throttle_lock:
+            self._page_requests += 1
+            now = time.time()
+            if self._throttle_until is None and self._page_requests > self.throttle_after:
+                self._throttle_until = now + self.throttle_for
+            if self._throttle_until is not None and now < self._throttle_until:
+                return self._throttle_until - now
+        return None
 
     @property
     def host(self) -> str:
@@ -512,13 +543,22 @@ def make_server(
     retry_after: int = 2,
     latency: float = 0.0,
     mix: str = "demo",
+    throttle_after: int = 0,
+    throttle_for: float = 10.0,
 ) -> FlakyServer:
     """A bound, listening server; drive it with ``serve_forever()``.
 
     Stop it with ``shutdown()`` from another thread, then ``server_close()``.
     """
     return FlakyServer(
-        (host, port), pages=pages, slow=slow, retry_after=retry_after, latency=latency, mix=mix
+        (host, port),
+        pages=pages,
+        slow=slow,
+        retry_after=retry_after,
+        latency=latency,
+        mix=mix,
+        throttle_after=throttle_after,
+        throttle_for=throttle_for,
     )
 
 
@@ -531,13 +571,17 @@ def run(
     ready_callback: Callable[[FlakyServer], object] | None = None,
     latency: float = 0.0,
     mix: str = "demo",
+    throttle_after: int = 0,
+    throttle_for: float = 10.0,
 ) -> None:
     """Serve until ``shutdown()`` is called on the server.
 
     ``ready_callback(server)`` runs once the socket is listening, before serving
     starts; it is where callers learn the port and get a handle to stop it.
     """
-    server = make_server(host, port, pages, slow, retry_after, latency, mix)
+    server = make_server(
+        host, port, pages, slow, retry_after, latency, mix, throttle_after, throttle_for
+    )
     try:
         if ready_callback is not None:
             ready_callback(server)
@@ -577,8 +621,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency", type=float, default=0.0, help="added to every page, s")
     parser.add_argument("--mix", choices=sorted(MIXES), default="demo", help="cycle of scenarios")
     parser.add_argument("--port-file", type=Path, help="write the bound port here")
+    parser.add_argument(
+        "--throttle-after",
+        type=int,
+        default=0,
+        help="after this many page requests, answer 429 to every page (0: never)",
+    )
+    parser.add_argument(
+        "--throttle-for", type=float, default=10.0, help="how long the throttling lasts, s"
+    )
     args = parser.parse_args(argv)
-    for name in ("pages", "slow", "retry_after", "latency"):
+    for name in ("pages", "slow", "retry_after", "latency", "throttle_after", "throttle_for"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
@@ -600,7 +653,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"listening on {server.url}", flush=True)
 
     run(
-        args.host, args.port, args.pages, args.slow, args.retry_after, ready, args.latency, args.mix
+        args.host,
+        args.port,
+        args.pages,
+        args.slow,
+        args.retry_after,
+        ready,
+        args.latency,
+        args.mix,
+        args.throttle_after,
+        args.throttle_for,
     )
     return 0
 

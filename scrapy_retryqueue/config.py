@@ -50,6 +50,19 @@ class Config:
     audit_retention: str
     embedded_dir: str | None
     forbidden_log_level: int
+    #: The RETRYQUEUE_RETRY_HOOK object as loaded (a callable, or a class the
+    #: runtime instantiates); None when unset.
+    retry_hook: Any = None
+    #: Per-domain cooldowns (RETRYQUEUE_DOMAIN_COOLDOWN and its numbers).
+    domain_cooldown: bool = False
+    cooldown_base: float = 10.0
+    cooldown_max: float = 600.0
+    burst_threshold: int = 10
+    burst_window: float = 10.0
+    cooldown_probe_permanent: bool = True
+    #: Seconds; None: no limit.
+    deferral_max_wait: float | None = None
+    item_replay: bool = False
 
 
 def _raw(settings: Any, name: str) -> Any:
@@ -247,6 +260,21 @@ def _optional_str(settings: Any, name: str) -> str | None:
     return os.fspath(value)
 
 
+def _retry_hook(settings: Any) -> Any:
+    name = "RETRYQUEUE_RETRY_HOOK"
+    value = _raw(settings, name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = load_object(value)
+        except (ImportError, AttributeError, NameError, ValueError) as exc:
+            raise ConfigError(f"{name} {value!r} does not import: {exc}") from None
+    if not callable(value):
+        raise ConfigError(f"{name} must be a callable or its import path, got {value!r}")
+    return value
+
+
 def load_config(settings: Any) -> Config:
     """Read and validate every RETRYQUEUE_* setting of a Scrapy Settings object."""
     max_in_flight = _raw(settings, "RETRYQUEUE_MAX_IN_FLIGHT")
@@ -263,6 +291,13 @@ def load_config(settings: Any) -> Config:
         raise ConfigError(
             f"RETRYQUEUE_LEASE_TIME ({lease}) must be at least 3 x RETRYQUEUE_POLL_INTERVAL "
             f"({poll}), so leases are renewed before they expire"
+        )
+    cooldown_base = _number(settings, "RETRYQUEUE_COOLDOWN_BASE", strict=True)
+    cooldown_max = _number(settings, "RETRYQUEUE_COOLDOWN_MAX", strict=True)
+    if cooldown_max < cooldown_base:
+        raise ConfigError(
+            f"RETRYQUEUE_COOLDOWN_MAX ({cooldown_max}) is below "
+            f"RETRYQUEUE_COOLDOWN_BASE ({cooldown_base})"
         )
     return Config(
         enabled=_bool(settings, "RETRYQUEUE_ENABLED"),
@@ -288,4 +323,17 @@ def load_config(settings: Any) -> Config:
         audit_retention=str(_raw(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
+        retry_hook=_retry_hook(settings),
+        domain_cooldown=_bool(settings, "RETRYQUEUE_DOMAIN_COOLDOWN"),
+        cooldown_base=float(cooldown_base),
+        cooldown_max=float(cooldown_max),
+        burst_threshold=_number(settings, "RETRYQUEUE_BURST_THRESHOLD", minimum=1, whole=True),
+        burst_window=float(_number(settings, "RETRYQUEUE_BURST_WINDOW", strict=True)),
+        cooldown_probe_permanent=_bool(settings, "RETRYQUEUE_COOLDOWN_PROBE_PERMANENT"),
+        item_replay=_bool(settings, "RETRYQUEUE_ITEM_REPLAY"),
+        deferral_max_wait=(
+            None
+            if settings.get("RETRYQUEUE_DEFERRAL_MAX_WAIT") in (None, "")
+            else float(_number(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT", strict=True))
+        ),
     )

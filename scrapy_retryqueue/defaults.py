@@ -23,7 +23,7 @@ RETRYABLE_KINDS = (
 )
 PERMANENT_KINDS = ("not_found", "forbidden", "rule")
 #: Kinds produced by the queue itself, never retried and not configurable.
-INTERNAL_KINDS = ("unserializable", "malformed", "poison")
+INTERNAL_KINDS = ("unserializable", "malformed", "poison", "vetoed")
 UNKNOWN_KIND = "unknown"
 POLICY_KINDS = (*RETRYABLE_KINDS, *PERMANENT_KINDS, UNKNOWN_KIND)
 ALL_KINDS = (*POLICY_KINDS, *INTERNAL_KINDS)
@@ -146,6 +146,28 @@ SETTINGS: dict[str, Any] = {
     #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue.
     "RETRYQUEUE_EMBEDDED_DIR": None,
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
+    #: A callable (or its import path) called as hook(request, decision) before a
+    #: retry is scheduled: None keeps it, a Request replaces it, False vetoes it.
+    "RETRYQUEUE_RETRY_HOOK": None,
+    #: Per-domain cooldowns shared by the fleet (a circuit breaker per host).
+    "RETRYQUEUE_DOMAIN_COOLDOWN": False,
+    #: First cooldown of a domain, seconds; doubled after each failed probe.
+    "RETRYQUEUE_COOLDOWN_BASE": 10.0,
+    #: Cap on a domain's own cooldown backoff, seconds (Retry-After may be longer).
+    "RETRYQUEUE_COOLDOWN_MAX": 600.0,
+    #: Timeouts, connection errors and 5xx of one domain within the window that
+    #: put it in cooldown.
+    "RETRYQUEUE_BURST_THRESHOLD": 10,
+    #: The burst window, seconds.
+    "RETRYQUEUE_BURST_WINDOW": 10.0,
+    #: A 403 / 404 from a domain cooling down gets one more try after the cooldown.
+    "RETRYQUEUE_COOLDOWN_PROBE_PERMANENT": True,
+    #: Longest a task may wait on its domain's cooldowns, seconds from its first
+    #: failure; past it, a rate_limited dead letter. None: no limit.
+    "RETRYQUEUE_DEFERRAL_MAX_WAIT": None,
+    #: A storage failure (item_error) re-runs the item pipelines for that item
+    #: when due, without downloading the page again, when the item is JSON.
+    "RETRYQUEUE_ITEM_REPLAY": False,
 }
 
 #: Request meta keys the queue reads.
@@ -153,6 +175,9 @@ META_MAX_RETRIES = "retryqueue_max_retries"
 META_POLICY = "retryqueue_policy"
 #: Set on a re-injected request: the task it belongs to (not serialized).
 META_TASK = "retryqueue_task"
+#: Set on the stored request of an item replay (RETRYQUEUE_ITEM_REPLAY): the
+#: item to send through the pipelines again, {"item": <JSON>, "class": <path>}.
+META_ITEM = "retryqueue_item"
 
 #: Meta keys Scrapy fills in per download; stale on a later attempt.
 TRANSIENT_META_KEYS = frozenset(
@@ -200,3 +225,19 @@ STORE_SQLITE_NAME = "retryqueue.sqlite3"
 TASK_STATUSES = ("waiting", "retrying", "succeeded", "dead", "cancelled")
 #: Right after the retry queue's own extension (EXTENSION_ORDER).
 STORE_EXTENSION_ORDER = 510
+
+#: The web dashboard (scrapy retryqueue dashboard); validated by dashboard/settings.py.
+DASHBOARD_SETTINGS: dict[str, Any] = {
+    #: Address the dashboard listens on; a non-loopback one needs a token.
+    "RETRYQUEUE_DASHBOARD_HOST": "127.0.0.1",
+    #: Port the dashboard listens on.
+    "RETRYQUEUE_DASHBOARD_PORT": 8787,
+    #: Token that unlocks the write actions (retry now, cancel, requeue, purge);
+    #: None: the dashboard is read-only.
+    "RETRYQUEUE_DASHBOARD_TOKEN": None,
+    #: Seconds between two refreshes of the overview in the browser.
+    "RETRYQUEUE_DASHBOARD_REFRESH": 5.0,
+    #: Rows per page of the tasks table (at most 500).
+    "RETRYQUEUE_DASHBOARD_PAGE_SIZE": 50,
+}
+SETTINGS.update(DASHBOARD_SETTINGS)

@@ -9,6 +9,8 @@ into ``storage`` retries.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,14 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
-from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
 from .classify import failure_for_kind
-from .defaults import META_TASK
-from .envelope import EnvelopeError, request_from_json, task_from_json
+from .defaults import META_ITEM, META_TASK
+from .domains import PROBE_RECHECK_MS
+from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
 from .queue import Claimed
 from .runtime import CONNECTION_ERRORS, RetryQueueRuntime, now_ms, runtime_for, task_ref
+from .signals import retryqueue_dead
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -45,6 +50,8 @@ class TickResult:
     poisoned: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     tokens: str = ""
+    #: Domains cooling down (domain -> end, ms); None when cooldowns are off.
+    cooling: dict[str, int] | None = None
 
 
 class RetryQueueExtension:
@@ -69,6 +76,9 @@ class RetryQueueExtension:
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.item_error, signal=signals.item_error)
         crawler.signals.connect(ext.request_dropped, signal=signals.request_dropped)
+        if ext.config.item_replay:
+            crawler.signals.connect(ext.item_scraped, signal=signals.item_scraped)
+            crawler.signals.connect(ext.item_dropped, signal=signals.item_dropped)
         return ext
 
     async def spider_opened(self, spider: Spider) -> None:
@@ -115,13 +125,25 @@ class RetryQueueExtension:
         token = self.runtime.new_lease_token()
         lease_ms = int(self.config.lease_time * 1000)
         max_reclaims = self.config.max_reclaims
+        domains = self.runtime.domains
+        max_wait = self.config.deferral_max_wait
+        max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
 
         def io() -> TickResult:
             now_ = now_ms()
             reclaimed, poisoned = queue.reap(now=now_, limit=_REAP_BATCH, max_reclaims=max_reclaims)
             lost = queue.renew(leases, lease_until=now_ + lease_ms)
-            claimed = queue.claim(now=now_, limit=room, lease_until=now_ + lease_ms, token=token)
-            return TickResult(claimed, reclaimed, poisoned, lost, token)
+            claimed = queue.claim(
+                now=now_,
+                limit=room,
+                lease_until=now_ + lease_ms,
+                token=token,
+                cooldowns=domains is not None,
+                recheck_ms=PROBE_RECHECK_MS,
+                deferral_max_wait_ms=max_wait_ms,
+            )
+            cooling = domains.cooling() if domains is not None else None
+            return TickResult(claimed, reclaimed, poisoned, lost, token, cooling)
 
         d = self.runtime.call_untracked(io)
         d.addCallbacks(self._after_tick, self._tick_failed, callbackArgs=(writes_seen,))
@@ -177,6 +199,8 @@ class RetryQueueExtension:
         stats = self.runtime.stats
         self._counts = result.claimed
         self._counts_writes = writes_seen
+        if result.cooling is not None:
+            self.runtime.cooling = result.cooling
         if result.reclaimed:
             stats.inc_value("retryqueue/reclaimed", len(result.reclaimed))
         if result.poisoned:
@@ -188,6 +212,16 @@ class RetryQueueExtension:
                 len(result.poisoned),
                 self.config.max_reclaims,
             )
+            for task_id in result.poisoned:
+                self.runtime.send_signal(
+                    retryqueue_dead,
+                    request=None,
+                    task_id=task_id,
+                    kind="poison",
+                    reason=f"lease expired more than {self.config.max_reclaims} times",
+                    decision=None,
+                    outcome="dead",
+                )
         for task_id in result.lost:
             self.runtime.held.pop(task_id, None)
         if result.lost:
@@ -212,6 +246,13 @@ class RetryQueueExtension:
         request.meta[META_TASK] = task_ref(task, token)
         runtime.held[task_id] = token
         runtime.stats.inc_value("retryqueue/reinjected")
+        if isinstance(request.meta.get(META_ITEM), dict) and self.config.item_replay:
+            deferred_from_coro(self._replay(request)).addErrback(
+                lambda f: logger.error(
+                    "scrapy-retryqueue: replaying the item of %s failed: %s", request.url, f.value
+                )
+            )
+            return
         self.crawler.engine.crawl(request)
 
     def _dead_malformed(self, task_id: str, raw: str, token: str, exc: Exception) -> None:
@@ -226,6 +267,15 @@ class RetryQueueExtension:
             if written:
                 runtime.stats.inc_value("retryqueue/dead")
                 runtime.stats.inc_value("retryqueue/dead/malformed")
+                runtime.send_signal(
+                    retryqueue_dead,
+                    request=None,
+                    task_id=task_id,
+                    kind="malformed",
+                    reason=str(exc),
+                    decision=None,
+                    outcome="dead",
+                )
 
         runtime.call(
             queue.deadletter_raw, task_id, envelope, token, now=now_ms(), kind="malformed", url=""
@@ -279,11 +329,73 @@ class RetryQueueExtension:
         request = getattr(response, "request", None)
         if request is None or request.meta.get("dont_retry", False):
             return
-        plan = self.runtime.plan(request, failure_for_kind("storage", failure.value))
+        storage = failure_for_kind("storage", failure.value)
+        replay = self._replay_meta(item) if self.config.item_replay else None
+        if replay is not None and META_ITEM not in request.meta:
+            # Each failed item of a page is a task of its own: fingerprint + item.
+            digest = hashlib.sha1(self.runtime.fingerprint(request).encode())
+            digest.update(json.dumps(replay, sort_keys=True, default=str).encode())
+            replayed = request.replace(meta={**request.meta, META_ITEM: replay})
+            plan = self.runtime.plan(replayed, storage, task_id=digest.hexdigest())
+            self.runtime.stats.inc_value("retryqueue/item_replay/scheduled")
+        else:
+            if self.config.item_replay and replay is None:
+                self.runtime.stats.inc_value("retryqueue/item_replay/unserializable")
+            plan = self.runtime.plan(request, storage)
         self.runtime.persist(plan)
+
+    def _replay_meta(self, item: Any) -> dict[str, Any] | None:
+        """The item as JSON, with its class when it can be rebuilt; None when it is not JSON."""
+        from itemadapter import ItemAdapter
+
+        try:
+            data = check_json(ItemAdapter(item).asdict(), "item")
+        except (EnvelopeError, TypeError, ValueError):
+            return None
+        cls = type(item)
+        path = None if cls is dict else f"{cls.__module__}.{cls.__qualname__}"
+        return {"item": data, "class": path}
+
+    def item_scraped(self, item: Any, response: Any, spider: Spider) -> None:
+        if _is_replay(response):
+            self.runtime.stats.inc_value("retryqueue/item_replay/stored")
+            self.runtime.ack(response.request)
+
+    def item_dropped(self, item: Any, response: Any, spider: Spider, exception: Any) -> None:
+        if _is_replay(response):
+            self.runtime.ack(response.request, outcome="ignored")
+
+    async def _replay(self, request: Request) -> None:
+        """Send a stored item through the item pipelines again (no download)."""
+        from scrapy.http import Response
+
+        replay = request.meta[META_ITEM]
+        item: Any = replay["item"]
+        if replay.get("class"):
+            try:
+                item = load_object(replay["class"])(**item)
+            except Exception:
+                item = dict(replay["item"])  # the class is gone or changed: a dict
+        # A stand-in for the page: item_error / item_scraped name its request,
+        # whose meta holds the task, so the extension acks or reschedules it.
+        response = Response(request.url, request=request, flags=[REPLAY_FLAG])
+        self.runtime.stats.inc_value("retryqueue/item_replay/replayed")
+        scraper = self.crawler.engine.scraper
+        if hasattr(scraper, "start_itemproc_async"):
+            await scraper.start_itemproc_async(item, response=response)
+        else:  # Scrapy < 2.14
+            await maybe_deferred_to_future(scraper.start_itemproc(item, response=response))
 
     def request_dropped(self, request: Request, spider: Spider) -> None:
         self.runtime.ack(request, outcome="ignored")
+
+
+#: Flag of the stand-in response of an item replay.
+REPLAY_FLAG = "retryqueue_replay"
+
+
+def _is_replay(response: Any) -> bool:
+    return REPLAY_FLAG in (getattr(response, "flags", None) or ())
 
 
 def _json_wrap_malformed(task_id: str, raw: str, error: str, node: str) -> str:

@@ -30,6 +30,14 @@ class Keys:
     deadtasks: str
     #: STREAM lifecycle events
     events: str
+    #: HASH domain -> JSON state of a domain cooling down (per-domain cooldowns)
+    domains: str
+    #: ZSET domain -> end of its cooldown (ms), the domains whose retries wait
+    cooling: str
+    #: HASH domain -> "<window start ms> <failures>": the burst counter
+    bursts: str
+    #: HASH domain -> lease expiry (ms) of its half-open probe in flight
+    probes: str
 
 
 def keys_for(spider: str) -> Keys:
@@ -47,6 +55,10 @@ def keys_for(spider: str) -> Keys:
         dead=f"{base}:dead",
         deadtasks=f"{base}:deadtasks",
         events=f"{base}:events",
+        domains=f"{base}:domains",
+        cooling=f"{base}:cooling",
+        bursts=f"{base}:bursts",
+        probes=f"{base}:probes",
     )
 
 
@@ -60,4 +72,8 @@ def all_keys(keys: Keys) -> list[str]:
         keys.dead,
         keys.deadtasks,
         keys.events,
+        keys.domains,
+        keys.cooling,
+        keys.bursts,
+        keys.probes,
     ]

@@ -24,9 +24,11 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from .classify import FailureInfo, classify_exception, classify_status
 from .exceptions import RequestParked
-from .runtime import RetryQueueRuntime, runtime_for
+from .runtime import RetryQueueRuntime, _ref_of, runtime_for
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -51,6 +53,39 @@ class RetryQueueMiddleware:
     def from_crawler(cls, crawler: Crawler) -> RetryQueueMiddleware:
         return cls(runtime_for(crawler))
 
+    def process_request(
+        self, request: Request, spider: Spider | None = None
+    ) -> Coroutine[Any, Any, None] | None:
+        """Park a fresh request to a domain cooling down (RETRYQUEUE_DOMAIN_COOLDOWN).
+
+        A plain method that returns None at once in the usual case (no domain
+        cools down), and a coroutine only when a request must be parked: an
+        ``async def`` would cost every request of a healthy crawl a coroutine.
+        """
+        runtime = self.runtime
+        if not runtime.cooling:
+            return None
+        until = runtime.cooling_until(request)
+        if (
+            until is None
+            or request.meta.get("dont_retry", False)
+            or request.callback is NO_CALLBACK
+            or _ref_of(request) is not None  # re-injected: the claim let it through
+        ):
+            return None
+        return self._defer(request, until)
+
+    async def _defer(self, request: Request, until: int) -> None:
+        runtime = self.runtime
+        plan = runtime.plan_deferred(request, until)
+        if not plan.decision.retry:
+            return None  # cannot be stored (unserializable): let it go now
+        outcome = await maybe_deferred_to_future(runtime.persist(plan))
+        if outcome in ("parked", "spooled", "duplicate", "stale"):
+            runtime.stats.inc_value("retryqueue/domain/deferred")
+            raise RequestParked("deferred", plan.decision.delay, plan.task.id)
+        return None
+
     async def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Request | Response:
@@ -62,6 +97,7 @@ class RetryQueueMiddleware:
             status_kinds=self.config.status_kinds,
             now=time.time(),
         )
+        self.runtime.note_outcome(request, failure)
         if failure is None:
             self.runtime.ack(request)
             return response
@@ -84,6 +120,7 @@ class RetryQueueMiddleware:
             self.runtime.release(request)
             return None
         failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
+        self.runtime.note_outcome(request, failure)
         await self._park(request, failure)
         return None
 

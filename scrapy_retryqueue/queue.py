@@ -28,6 +28,8 @@ SCRIPT_NAMES = (
     "deadletter",
     "reap",
     "release",
+    "retry_now",
+    "cancel",
 )
 
 
@@ -184,13 +186,33 @@ class RedisDelayedQueue:
         write = Write("deadletter", task_id, now, token, envelope=envelope, kind=kind, url=url)
         return self.apply([write])[0]
 
-    def claim(self, *, now: int, limit: int, lease_until: int, token: str) -> Claimed:
-        """Lease up to *limit* due tasks; also report the queue's counts."""
+    def claim(
+        self,
+        *,
+        now: int,
+        limit: int,
+        lease_until: int,
+        token: str,
+        cooldowns: bool = False,
+        recheck_ms: int = 1000,
+        deferral_max_wait_ms: int = 0,
+    ) -> Claimed:
+        """Lease up to *limit* due tasks; also report the queue's counts.
+
+        With *cooldowns*, tasks of a domain cooling down are moved to the end
+        of its cooldown instead (see claim.lua and domains.py).
+        """
         k = self.keys
         raw = self._run(
             "claim",
-            [k.due, k.leased, k.tasks, k.owners, k.events],
-            [now, limit, lease_until, token, self.node_id, self.events_maxlen],
+            [
+                *(k.due, k.leased, k.tasks, k.owners, k.events, k.cooling, k.probes),
+                *(k.dead, k.deadtasks, k.reclaims),
+            ],
+            [
+                *(now, limit, lease_until, token, self.node_id, self.events_maxlen),
+                *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms),
+            ],
         )
         pairs = raw[3:]
         return Claimed(
@@ -216,7 +238,7 @@ class RedisDelayedQueue:
         reclaimed, poisoned = self._run(
             "reap",
             [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events],
-            [now, limit, max_reclaims, self.events_maxlen],
+            [now, limit, max_reclaims, self.events_maxlen, self.node_id],
         )
         return [_s(x) for x in reclaimed], [_s(x) for x in poisoned]
 
@@ -265,3 +287,24 @@ class RedisDelayedQueue:
     def clear(self) -> None:
         """Delete every key of this spider's namespace (tests, purges)."""
         self.client.delete(*all_keys(self.keys))
+
+    def retry_now(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
+        """Make waiting tasks due at *now*; True for each that was waiting."""
+        k = self.keys
+        results: list[bool] = []
+        ids = list(task_ids)
+        for start in range(0, len(ids), BATCH):
+            args: list[Any] = [self.node_id, self.events_maxlen, now, *ids[start : start + BATCH]]
+            results += [bool(x) for x in self._run("retry_now", [k.due, k.tasks, k.events], args)]
+        return results
+
+    def cancel(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
+        """Remove live tasks (waiting or leased) for good; True for each that was live."""
+        k = self.keys
+        keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events]
+        results: list[bool] = []
+        ids = list(task_ids)
+        for start in range(0, len(ids), BATCH):
+            args: list[Any] = [self.node_id, self.events_maxlen, now, *ids[start : start + BATCH]]
+            results += [bool(x) for x in self._run("cancel", keys, args)]
+        return results

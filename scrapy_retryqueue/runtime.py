@@ -17,7 +17,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -28,10 +28,12 @@ from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
 from . import defaults
+from . import signals as rq_signals
 from .audit import AuditLog
 from .classify import FailureInfo
 from .config import Config, load_config, redact_url
 from .connection import client_for, embedded_dir
+from .domains import BURST_KINDS, PROBE_RECHECK_MS, DomainChange, DomainCooldowns
 from .envelope import Task, request_to_json
 from .exceptions import ConfigError, EnvelopeError
 from .policy import Decision
@@ -135,6 +137,8 @@ class Plan:
     task: Task
     ref: dict[str, Any] | None
     now: int
+    #: The request to retry: the failed one, or the retry hook's replacement.
+    request: Request | None = None
 
     @property
     def token(self) -> str | None:
@@ -181,6 +185,12 @@ class RetryQueueRuntime:
             memory_limit=self.config.spool_memory,
             limit=self.config.spool_max,
         )
+        self.retry_hook: Callable[..., Any] | None = self._build_hook(self.config.retry_hook)
+        #: Per-domain cooldowns in Redis (RETRYQUEUE_DOMAIN_COOLDOWN), set on open.
+        self.domains: DomainCooldowns | None = None
+        #: What the last poll read of them: domain -> end of its cooldown (ms);
+        #: a domain whose end has passed is half-open.
+        self.cooling: dict[str, int] = {}
         self.audit: AuditLog | None = None
         if self.config.audit_log:
             self.audit = AuditLog(
@@ -188,6 +198,24 @@ class RetryQueueRuntime:
                 rotation=self.config.audit_rotation,
                 retention=self.config.audit_retention,
             )
+
+    def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
+        """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
+        if hook is None or not isinstance(hook, type):
+            return hook
+        from scrapy.utils.misc import build_from_crawler
+
+        instance = build_from_crawler(hook, self.crawler)
+        if not callable(instance):
+            raise ConfigError(
+                f"RETRYQUEUE_RETRY_HOOK {hook!r} builds an object that is not callable "
+                f"(it needs a __call__(request, decision) method)"
+            )
+        return instance
+
+    def send_signal(self, signal: object, **kwargs: Any) -> None:
+        """Send one of :mod:`scrapy_retryqueue.signals` (handler errors are logged)."""
+        self.crawler.signals.send_catch_log(signal=signal, spider=self.spider, **kwargs)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -215,6 +243,13 @@ class RetryQueueRuntime:
             node_id=self.config.node_id,
             events_maxlen=self.config.events_maxlen,
         )
+        if self.config.domain_cooldown:
+            self.domains = DomainCooldowns(
+                client,
+                spider.name,
+                node_id=self.config.node_id,
+                events_maxlen=self.config.events_maxlen,
+            )
         adopted = self.spool.open()
         if adopted:
             self.spool.put_back(adopted)
@@ -348,8 +383,19 @@ class RetryQueueRuntime:
             return None, None
         return meta_policy, max_retries
 
-    def plan(self, request: Request, failure: FailureInfo) -> Plan:
-        """Decide what to do with a failed attempt (no I/O)."""
+    def plan(
+        self,
+        request: Request,
+        failure: FailureInfo,
+        *,
+        decision: Decision | None = None,
+        task_id: str | None = None,
+    ) -> Plan:
+        """Decide what to do with a failed attempt (no I/O).
+
+        *decision*, when given, is taken as it is (a ``deferred`` request):
+        neither the policy nor the retry hook is asked.
+        """
         now = now_ms()
         ref = _ref_of(request)
         if ref is not None and ref["settled"] and ref["id"] != self.fingerprint(request):
@@ -357,23 +403,20 @@ class RetryQueueRuntime:
             # (meta=response.meta): it is not that task.
             ref = None
         attempts = {k: int(v) for k, v in ref["attempts"].items()} if ref else {}
-        meta_policy, max_retries = self._meta_overrides(request)
-        domain = urlparse_cached(request).hostname
-        table = self.config.policy_table
-        try:
-            decision = table.decide(
-                failure,
-                attempts,
-                domain=domain,
-                meta_policy=meta_policy,
-                meta_max_retries=max_retries,
-                rand=self.rand.random,
-            )
-        except ConfigError as exc:
-            # Valid against the project's policy, not against the domain's one.
-            self.stats.inc_value("retryqueue/meta_error")
-            logger.error("scrapy-retryqueue: %s (using the settings' policy instead)", exc)
-            decision = table.decide(failure, attempts, domain=domain, rand=self.rand.random)
+        if ref is not None and not ref["settled"]:
+            task_id = ref["id"]  # a failure of the task itself
+        elif task_id is None:
+            task_id = ref["id"] if ref else self.fingerprint(request)
+        if decision is not None:
+            if decision.retry:
+                decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
+        else:
+            decision = self._decide(request, failure, attempts)
+            if not decision.retry:
+                decision = self._maybe_probe_permanent(request, failure, attempts, decision)
+            if decision.retry and self.retry_hook is not None:
+                # The task keeps the failed request's id, whatever the hook returns.
+                request, decision = self._run_hook(request, decision)
         error = failure.as_dict()
         try:
             request_json = request_to_json(request, self.spider)
@@ -392,7 +435,7 @@ class RetryQueueRuntime:
             attempts[decision.kind] = decision.attempt
             error["delay"] = round(decision.delay, 3)
         task = Task(
-            id=ref["id"] if ref else self.fingerprint(request),
+            id=task_id,
             spider=self.spider.name if self.spider else "",
             request=request_json,
             attempts=attempts,
@@ -405,7 +448,90 @@ class RetryQueueRuntime:
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
         )
-        return Plan(decision, failure, task, ref, now)
+        return Plan(decision, failure, task, ref, now, request)
+
+    def _maybe_probe_permanent(
+        self,
+        request: Request,
+        failure: FailureInfo,
+        attempts: dict[str, int],
+        decision: Decision,
+    ) -> Decision:
+        """A 403 / 404 while its domain cools down may be the site's overload:
+        one retry after the cooldown (RETRYQUEUE_COOLDOWN_PROBE_PERMANENT)."""
+        if (
+            not self.cooling
+            or not self.config.cooldown_probe_permanent
+            or failure.kind not in ("forbidden", "not_found")
+            or attempts.get(failure.kind, 0) > 0
+        ):
+            return decision
+        domain = urlparse_cached(request).hostname or ""
+        until = self.cooling.get(domain)
+        if until is None:
+            return decision
+        wait_ms = max(until - now_ms(), 0) + PROBE_RECHECK_MS
+        self.stats.inc_value("retryqueue/domain/permanent_probes")
+        return Decision(
+            failure.kind,
+            True,
+            wait_ms / 1000,
+            1,
+            f"{failure.kind} while {domain} cools down: one more try after the cooldown",
+        )
+
+    def _decide(self, request: Request, failure: FailureInfo, attempts: dict[str, int]) -> Decision:
+        meta_policy, max_retries = self._meta_overrides(request)
+        domain = urlparse_cached(request).hostname
+        table = self.config.policy_table
+        try:
+            return table.decide(
+                failure,
+                attempts,
+                domain=domain,
+                meta_policy=meta_policy,
+                meta_max_retries=max_retries,
+                rand=self.rand.random,
+            )
+        except ConfigError as exc:
+            # Valid against the project's policy, not against the domain's one.
+            self.stats.inc_value("retryqueue/meta_error")
+            logger.error("scrapy-retryqueue: %s (using the settings' policy instead)", exc)
+            return table.decide(failure, attempts, domain=domain, rand=self.rand.random)
+
+    def _run_hook(self, request: Request, decision: Decision) -> tuple[Request, Decision]:
+        """Ask RETRYQUEUE_RETRY_HOOK about a retry: keep, replace or veto it."""
+        from scrapy import Request as ScrapyRequest
+
+        assert self.retry_hook is not None
+        try:
+            result = self.retry_hook(request, decision)
+            if result is not None and result is not False and not isinstance(result, ScrapyRequest):
+                raise TypeError(f"it returned {result!r}; expected None, False or a scrapy.Request")
+        except Exception as exc:
+            # A broken hook must not lose the request: the retry goes ahead as decided.
+            self.stats.inc_value("retryqueue/hook/error")
+            logger.error(
+                "scrapy-retryqueue: RETRYQUEUE_RETRY_HOOK failed for %s (%s: %s); "
+                "retrying it unchanged",
+                request.url,
+                type(exc).__name__,
+                exc,
+            )
+            return request, decision
+        if result is None:
+            return request, decision
+        if result is False:
+            self.stats.inc_value("retryqueue/hook/vetoed")
+            return request, Decision(
+                "vetoed",
+                False,
+                0.0,
+                decision.attempt - 1,
+                f"{decision.kind}: retry vetoed by RETRYQUEUE_RETRY_HOOK",
+            )
+        self.stats.inc_value("retryqueue/hook/replaced")
+        return result, decision
 
     def persist(self, plan: Plan) -> defer.Deferred[str]:
         """Write *plan* to Redis.
@@ -506,6 +632,116 @@ class RetryQueueRuntime:
             raise exc from None
         self.stats.inc_value("retryqueue/spooled")
         return "spooled"
+
+    # -- per-domain cooldowns --------------------------------------------------
+
+    def cooling_until(self, request: Request) -> int | None:
+        """End of the cooldown (ms) of the request's domain, None when it is open."""
+        if not self.cooling:
+            return None
+        return self.cooling.get(urlparse_cached(request).hostname or "")
+
+    def plan_deferred(self, request: Request, until: int) -> Plan:
+        """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""
+        domain = urlparse_cached(request).hostname or ""
+        now = now_ms()
+        # Half-open (the end has passed): look again once the probe had a moment.
+        wait_ms = until - now if until > now else PROBE_RECHECK_MS
+        wait_ms += int(self.rand.random() * min(1000, max(wait_ms // 10, 1)))
+        failure = FailureInfo("deferred", "DomainCooldown", f"{domain} cools down")
+        decision = Decision("deferred", True, wait_ms / 1000, 0, f"deferred: {domain} cools down")
+        return self.plan(request, failure, decision=decision)
+
+    def note_outcome(self, request: Request, failure: FailureInfo | None) -> None:
+        """Tell the domain's circuit breaker how a download went (no-op when off).
+
+        A throttling answer (429; 503 with Retry-After) or a failure of a burst
+        kind counts against the domain; any other answer of the site (a 200, a
+        404) counts as a success, which reopens a half-open domain.
+        """
+        domains = self.domains
+        if domains is None or self.down:
+            return
+        domain = urlparse_cached(request).hostname
+        if not domain:
+            return
+        now = now_ms()
+        if failure is None or (
+            failure.status is not None
+            and failure.kind
+            not in (
+                "rate_limited",
+                *BURST_KINDS,
+            )
+        ):
+            until = self.cooling.get(domain)
+            if until is None or until > now:
+                return  # open, or cooling: a success in flight changes nothing
+            d = self.call(domains.ok, domain, now=now)
+        else:
+            if failure.kind == "rate_limited" and (
+                failure.status == 429 or failure.retry_after is not None
+            ):
+                cause = "throttle"
+            elif failure.kind in BURST_KINDS:
+                cause = "burst"
+            else:
+                return
+            config = self.config
+            retry_after = min(failure.retry_after or 0.0, config.policy_table.retry_after_max)
+            d = self.call(
+                domains.fail,
+                domain,
+                now=now,
+                cause=cause,
+                wait_ms=int(retry_after * 1000),
+                base_ms=int(config.cooldown_base * 1000),
+                max_ms=int(config.cooldown_max * 1000),
+                burst_threshold=config.burst_threshold,
+                burst_window_ms=int(config.burst_window * 1000),
+                reason=f"{failure.kind}: {failure.message}"[:200],
+            )
+        d.addCallbacks(self._domain_changed, self._domain_error)
+
+    def _domain_changed(self, change: DomainChange) -> None:
+        if not change.changed:
+            return
+        stats = self.stats
+        if change.state == "open":
+            self.cooling.pop(change.domain, None)
+            stats.inc_value("retryqueue/domain/reopened")
+            logger.info("scrapy-retryqueue: domain %s reopened (probe succeeded)", change.domain)
+            reason = "probe succeeded"
+        else:
+            self.cooling[change.domain] = change.until
+            if change.previous == "open":
+                stats.inc_value("retryqueue/domain/cooldowns")
+            else:
+                stats.inc_value("retryqueue/domain/extended")
+            logger.warning(
+                "scrapy-retryqueue: domain %s cools down for %.1fs (level %d, was %s)",
+                change.domain,
+                max(0, change.until - now_ms()) / 1000,
+                change.level,
+                change.previous,
+            )
+            reason = "cooldown"
+        self.send_signal(
+            rq_signals.retryqueue_domain_state,
+            domain=change.domain,
+            state=change.state,
+            previous=change.previous,
+            until=change.until,
+            level=change.level,
+            reason=reason,
+        )
+
+    def _domain_error(self, failure: Failure) -> None:
+        if failure.check(*CONNECTION_ERRORS):
+            self.mark_down(failure.value)
+            return
+        self.stats.inc_value("retryqueue/domain/error")
+        logger.error("scrapy-retryqueue: could not update a domain's state: %s", failure.value)
 
     # -- outages -------------------------------------------------------------
 
@@ -608,7 +844,7 @@ class RetryQueueRuntime:
             level = logging.INFO
             if decision.kind == "forbidden":
                 level = self.config.forbidden_log_level
-            elif decision.kind not in defaults.PERMANENT_KINDS:
+            elif decision.kind not in (*defaults.PERMANENT_KINDS, "vetoed"):
                 level = logging.ERROR
             logger.log(level, "scrapy-retryqueue: dead letter %s (%s)", url, decision.reason)
         elif outcome == "spooled":
@@ -636,7 +872,30 @@ class RetryQueueRuntime:
                 reason=decision.reason,
                 ts=plan.now,
             )
+        if outcome in ("parked", "dead", "spooled"):
+            self._signal_plan(plan, outcome)
         return outcome
+
+    def _signal_plan(self, plan: Plan, outcome: str) -> None:
+        decision = plan.decision
+        if decision.retry:
+            self.send_signal(
+                rq_signals.retryqueue_scheduled,
+                request=plan.request,
+                task_id=plan.task.id,
+                decision=decision,
+                outcome=outcome,
+            )
+        else:
+            self.send_signal(
+                rq_signals.retryqueue_dead,
+                request=plan.request,
+                task_id=plan.task.id,
+                kind=decision.kind,
+                reason=decision.reason,
+                decision=decision,
+                outcome=outcome,
+            )
 
     def release(self, request: Request) -> None:
         """Hand a re-injected request's task back, due now (its download was cancelled)."""
@@ -664,6 +923,15 @@ class RetryQueueRuntime:
         write = Write("ack", task_id, now, token, kind=ref["kind"], url=ref["url"])
 
         def reported(result: str) -> None:
+            if outcome == "recovered" and result in ("acked", "spooled"):
+                self.send_signal(
+                    rq_signals.retryqueue_recovered,
+                    request=request,
+                    task_id=task_id,
+                    kind=ref["kind"],
+                    attempts=dict(ref.get("attempts") or {}),
+                    outcome=result,
+                )
             if result == "spooled":
                 return
             if result != "acked":

@@ -249,3 +249,81 @@ def database_url(
     if request.param == "postgresql":
         return new_pg_database()
     return f"sqlite:///{tmp_path / 'store.sqlite3'}"
+
+
+# -- The dashboard ---------------------------------------------------------------
+
+
+@pytest.fixture
+def dashboard_data(
+    redis_client: redis.Redis,
+    redis_url: str,
+    spider_name: str,
+    new_pg_database: Callable[[], str],
+) -> dict[str, Any]:
+    """A fresh PostgreSQL store and one spider's queue holding a task in each state,
+    written to the store by the real writer. Returns the settings of a dashboard
+    over them, the spider and task ids by name (``ids``) and their row ids (``rows``).
+
+    w1, w2 waiting (due in an hour); w3 leased by node-b; s1 recovered; d1, d2 dead.
+    d1's URL and error hold HTML, to check that nothing is rendered unescaped.
+    """
+    import sqlalchemy
+
+    from scrapy_retryqueue.store.db import Store
+    from scrapy_retryqueue.store.sync import EventSync
+
+    url = new_pg_database()
+    store = Store(url)
+    store.ensure_schema()
+    now = int(time.time() * 1000)
+    node_a = RedisDelayedQueue(redis_client, spider_name, node_id="node-a")
+    node_b = RedisDelayedQueue(redis_client, spider_name, node_id="node-b")
+
+    def task(
+        name: str, url_: str, kind: str, due: int, status: int | None = None, **kw: Any
+    ) -> Task:
+        error = {"kind": kind, "type": "HttpStatus" if status else "TimeoutError",
+                 "message": kw.pop("message", f"HTTP {status}" if status else "took too long"),
+                 "status": status, "delay": 3600.0}  # fmt: skip
+        return Task(id=f"{spider_name}-{name}", spider=spider_name,
+                    request={"url": url_, "meta": {"depth": 1}, "callback": "parse_page",
+                             "headers": [["User-Agent", "test <agent>"]]},
+                    attempts={kind: 1}, kind=kind, first_error=error, last_error=error,
+                    node="node-a", created=now - 60_000, updated=now, due=due, **kw)  # fmt: skip
+
+    hour = now + 3_600_000
+    node_a.schedule(task("w1", "https://shop.example/a", "timeout", hour), now=now)
+    node_a.schedule(task("w2", "https://www.shop.example/b", "server_error", hour, 503), now=now)
+    node_a.schedule(task("s1", "https://other.example/s", "timeout", now - 2000), now=now)
+    node_a.schedule(task("w3", "https://other.example/w3", "timeout", now - 1000), now=now)
+    claimed = node_b.claim(now=now, limit=10, lease_until=now + 600_000, token="node-b:abc123:1")
+    assert [i for i, _ in claimed.tasks] == [f"{spider_name}-s1", f"{spider_name}-w3"]
+    assert node_b.ack(f"{spider_name}-s1", "node-b:abc123:1", now=now, kind="timeout")
+    evil = "https://evil.example/<script>alert(1)</script>"
+    d1 = task("d1", evil, "not_found", now, 404, message="<img src=x onerror=alert(1)>")
+    d1.dead_kind = "not_found"
+    d2 = task("d2", "https://other.example/d2", "forbidden", now, 403)
+    d2.dead_kind = "forbidden"
+    node_a.deadletter(d1, None, now=now)
+    node_a.deadletter(d2, None, now=now)
+    EventSync(store, redis_client, spider_name, consumer="fixture").drain()
+    names = ("w1", "w2", "w3", "s1", "d1", "d2")
+    ids = {n: f"{spider_name}-{n}" for n in names}
+    table = store.table
+    with store.connect() as conn:
+        found = dict(conn.execute(sqlalchemy.select(table.c.task_id, table.c.id)).all())
+    store.close()
+    assert set(found) == set(ids.values())
+    return {
+        "settings": {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": url,
+            "RETRYQUEUE_NODE_ID": "dashboard-test",
+        },
+        "database_url": url,
+        "spider": spider_name,
+        "ids": ids,
+        "rows": {n: found[ids[n]] for n in names},
+        "now": now,
+    }

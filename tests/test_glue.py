@@ -236,3 +236,43 @@ def test_a_bad_setting_stops_the_crawl_naming_it(setting: str, value: str, messa
     assert message in done.stderr
     # It stopped before fetching anything.
     assert "Crawled" not in done.stderr
+
+
+def test_listing_the_components_by_hand_works_like_the_add_on(
+    redis_url: str, tmp_path: Path
+) -> None:
+    from .crawling import crawl, flaky_site
+
+    spider = f"manual{uuid.uuid4().hex[:6]}"
+    settings = {
+        "ADDONS": {},
+        "DOWNLOADER_MIDDLEWARES": {
+            "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+            "scrapy_retryqueue.RetryQueueMiddleware": 550,
+        },
+        "SPIDER_MIDDLEWARES": {"scrapy_retryqueue.RetryQueueSpiderMiddleware": 950},
+        "EXTENSIONS": {"scrapy_retryqueue.RetryQueueExtension": 500},
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_POLL_INTERVAL": 0.1,
+        "RETRYQUEUE_POLICIES": {kind: FAST for kind in ("server_error", "parse", "rate_limited")},
+        "DOWNLOAD_TIMEOUT": 10,
+        "LOG_LEVEL": "INFO",
+    }
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with flaky_site(pages=20, retry_after=1) as site:
+            done = crawl(site.url, spider, tmp_path, settings)
+            scenarios = site.get_json("/__scenarios")
+        assert done.returncode == 0, done.log[-2000:]
+        parsed = {item["url"].removeprefix(site.url) for item in done.items}
+        should = {path for path, info in scenarios.items() if info["expected"] == "parsed"}
+        assert parsed == should  # the parse_once and 503 pages came back
+        queue = RedisDelayedQueue(client, spider, node_id="test")
+        dead = {task_from_json(raw).url.removeprefix(site.url) for _, raw in queue.dead_letters()}
+        assert dead == {path for path, info in scenarios.items() if info["expected"] != "parsed"}
+        enabled = done.log.split("Enabled downloader middlewares:")[1].split("]")[0]
+        assert "RetryQueueMiddleware" in enabled
+        assert "downloadermiddlewares.retry.RetryMiddleware" not in enabled
+    finally:
+        client.delete(*all_keys(keys_for(spider)))
+        client.close()

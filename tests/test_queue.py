@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.envelope import Task, task_from_json
 from scrapy_retryqueue.keys import Keys, all_keys
 from scrapy_retryqueue.queue import SCRIPT_NAMES, RedisDelayedQueue
@@ -522,7 +523,7 @@ def test_reap_returns_expired_leases_to_due_now(
     assert redis_client.zscore(k.leased, "c") == 3_000
     assert hget(redis_client, k.owners, "c") == "t"
     assert [e for e in events(redis_client, k) if e["type"] == "reclaimed"] == [
-        {"type": "reclaimed", "id": task_id, "reclaims": "1", "ts": "2000"}
+        {"type": "reclaimed", "id": task_id, "reclaims": "1", "node": "node-a", "ts": "2000"}
         for task_id in ("a", "b")
     ]
     # Reclaimed tasks are due at once.
@@ -574,6 +575,7 @@ def test_reap_counts_reclaims_and_dead_letters_poison(
         "id": "p",
         "kind": "poison",
         "reclaims": str(max_reclaims + 1),
+        "node": queue.node_id,
         "ts": str(now + 100),
     }
     assert queue.dead_letters() == [("p", raw)]
@@ -711,10 +713,10 @@ def test_every_script_is_loaded_by_the_queue() -> None:
         for p in resources.files("scrapy_retryqueue").joinpath("lua").iterdir()
         if p.name.endswith(".lua")
     }
-    assert files == set(SCRIPT_NAMES)
+    assert files == set(SCRIPT_NAMES) | set(DOMAIN_SCRIPT_NAMES)
 
 
-@pytest.mark.parametrize("name", SCRIPT_NAMES)
+@pytest.mark.parametrize("name", SCRIPT_NAMES + DOMAIN_SCRIPT_NAMES)
 def test_script_header_documents_keys_argv_and_returns(name: str) -> None:
     header, body = _script(name)
     assert re.search(r"^-- Returns ", header, re.MULTILINE), f"{name}.lua: no 'Returns' line"
@@ -778,6 +780,9 @@ def test_queue_passes_keys_in_the_order_each_header_documents(
     queue.ack("a", "t", now=0)
     queue.deadletter(make_task("b", dead_kind="rule"), None, now=0)
     queue.reap(now=0, limit=1, max_reclaims=1)
+    queue.schedule(make_task("c", due=10), now=0)
+    queue.retry_now(["c"], now=0)
+    queue.cancel(["c"], now=0)
     assert set(passed) == set(SCRIPT_NAMES)
 
     keys = queue.keys

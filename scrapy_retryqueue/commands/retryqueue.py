@@ -4,11 +4,15 @@ scrapy retryqueue server start|stop|status   the embedded Redis-compatible serve
 scrapy retryqueue status [--spider NAME] [--json]
                                              per spider: due, due now, leased, dead,
                                              succeeded today, by kind, top domains
+scrapy retryqueue dashboard [--host H] [--port P] [--token T]
+                            [--redis-url URL] [--database-url URL]
+                                             the web dashboard (needs the dashboard extra)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -27,7 +31,10 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "server {start,stop,status} | status [--spider NAME] [--json]"
+        return (
+            "server {start,stop,status} | status [--spider NAME] [--json] | "
+            "dashboard [--host H] [--port P] [--token T]"
+        )
 
     def short_desc(self) -> str:
         return "Manage scrapy-retryqueue (the embedded server) and show the queue's status"
@@ -39,7 +46,10 @@ class Command(ScrapyCommand):
             "server status  say whether it runs, and where\n"
             "status         per spider: due, due now, leased, dead, succeeded today,\n"
             "               by kind and top domains (a table; --json for scripts;\n"
-            "               --spider NAME, repeatable, to show only some)"
+            "               --spider NAME, repeatable, to show only some)\n"
+            "dashboard      serve the web dashboard (--host, default 127.0.0.1; --port,\n"
+            "               default 8787; --token or RETRYQUEUE_DASHBOARD_TOKEN to allow\n"
+            "               actions; --redis-url, --database-url override the settings)"
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -50,9 +60,13 @@ class Command(ScrapyCommand):
         if args and args[0] == "status":
             self._status(args[1:])
             return
+        if args and args[0] == "dashboard":
+            self._dashboard(args[1:])
+            return
         if len(args) != 2 or args[0] != "server" or args[1] not in ("start", "stop", "status"):
             raise UsageError(
                 "expected: scrapy retryqueue server {start,stop,status} | scrapy retryqueue status"
+                " | scrapy retryqueue dashboard"
             )
         assert self.settings is not None
         try:
@@ -101,6 +115,44 @@ class Command(ScrapyCommand):
         finally:
             if context is not None:
                 context.close()
+
+    def _dashboard(self, args: list[str]) -> None:
+        assert self.settings is not None
+        try:
+            with one_line_errors():
+                parser = ArgumentParser(prog="scrapy retryqueue dashboard", add_help=False)
+                parser.add_argument("--host")
+                parser.add_argument("--port", type=int)
+                parser.add_argument("--token")
+                parser.add_argument("--redis-url")
+                parser.add_argument("--database-url")
+                ns = parser.parse_args(args)
+                try:
+                    import uvicorn
+
+                    from ..dashboard.app import create_app
+                    from ..dashboard.settings import check_bind, load_dashboard_config
+                except ImportError as exc:
+                    raise CommandFailed(
+                        f"the dashboard needs its extra: pip install 'scrapy-retryqueue[dashboard]' "
+                        f"({exc})"
+                    ) from None
+                settings = self.settings.copy()
+                if ns.redis_url:
+                    settings.set("RETRYQUEUE_REDIS_URL", ns.redis_url, priority="cmdline")
+                if ns.database_url:
+                    settings.set("RETRYQUEUE_DATABASE_URL", ns.database_url, priority="cmdline")
+                token = ns.token or os.environ.get("RETRYQUEUE_DASHBOARD_TOKEN") or None
+                config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
+                check_bind(config)
+                app = create_app(settings, config=config)
+        except CommandFailed as exc:
+            print(fail_line(exc), file=sys.stderr)
+            self.exitcode = exc.code
+            return
+        mode = "actions need the token" if config.token else "read-only (no token)"
+        print(f"dashboard on http://{config.host}:{config.port}/ ({mode})", file=sys.stderr)
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
 
     def _fail(self, message: str) -> None:
         print(f"error: {message}")

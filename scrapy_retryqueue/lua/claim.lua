@@ -11,6 +11,24 @@
 -- ARGV[4] lease token of this claim
 -- ARGV[5] node id
 -- ARGV[6] events stream max length (approximate)
+-- KEYS[6] cooling  ZSET   domain -> end of its cooldown (ms)   (optional)
+-- KEYS[7] probes   HASH   domain -> probe lease expiry (ms)   (optional)
+-- ARGV[7] 1 to respect per-domain cooldowns (needs KEYS[6..7]), else 0 or absent
+-- ARGV[8] ms to wait before looking again at a task of a half-open domain
+--         whose probe is in flight
+-- KEYS[8] dead      ZSET  task id -> time of death (ms)        (optional)
+-- KEYS[9] deadtasks HASH  task id -> envelope of a dead letter (optional)
+-- KEYS[10] reclaims HASH  task id -> reclaim count             (optional)
+-- ARGV[9] longest wait (ms) of a task on cooldowns, counted from its creation;
+--         0 or absent: no limit. A task that would have to wait longer is
+--         dead-lettered with kind rate_limited instead of being moved.
+--
+-- With cooldowns (ARGV[7] = 1, and only while some domain cools down), the
+-- host of each candidate task is read from its envelope (request.url): a task
+-- of a cooling domain is not claimed but moved to the end of the cooldown in
+-- due; once the cooldown has ended (half-open), the first task claimed for the
+-- domain is its single probe (its lease expiry is stored in probes) and the
+-- others wait ARGV[8] ms more, until the probe reopens the domain or fails.
 --
 -- Returns {due count, leased count, next due time (ms) or -1, id1, envelope1,
 -- id2, envelope2, ...}; counts and next due time are taken after the claim.
@@ -21,10 +39,74 @@ local ids = {}
 if tonumber(ARGV[2]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 end
+local function host_of(envelope)
+  local url = string.match(envelope, '"request":{"url":"([^"]*)"')
+  if not url then
+    return nil
+  end
+  local authority = string.match(url, '^[%w+.-]+://([^/?#]*)')
+  if not authority then
+    return nil
+  end
+  authority = string.gsub(authority, '^.*@', '')
+  local host = string.match(authority, '^%[([^%]]*)%]') or string.match(authority, '^[^:]*')
+  return string.lower(host)
+end
+
+local envelopes = {}
 if #ids > 0 then
   -- One command per structure for the whole batch, not one per task.
+  envelopes = redis.call('HMGET', KEYS[3], unpack(ids))
+  if tonumber(ARGV[7] or '0') == 1 and redis.call('ZCARD', KEYS[6]) > 0 then
+    local now = tonumber(ARGV[1])
+    local kept, kept_envelopes, deferred = {}, {}, {}
+    for i, id in ipairs(ids) do
+      local envelope = envelopes[i]
+      local host = envelope and host_of(envelope)
+      local cool = host and redis.call('ZSCORE', KEYS[6], host)
+      local later = nil
+      if cool then
+        cool = tonumber(cool)
+        if cool > now then
+          later = cool
+        else
+          local probe = redis.call('HGET', KEYS[7], host)
+          if probe and tonumber(probe) > now then
+            later = now + tonumber(ARGV[8])
+          else
+            redis.call('HSET', KEYS[7], host, ARGV[3])
+          end
+        end
+      end
+      local max_wait = tonumber(ARGV[9] or '0')
+      local created = later and max_wait > 0
+        and tonumber(string.match(envelope, '"created":(%d+)'))
+      if created and later - created > max_wait then
+        redis.call('ZREM', KEYS[1], id)
+        redis.call('HDEL', KEYS[3], id)
+        redis.call('HDEL', KEYS[10], id)
+        redis.call('ZADD', KEYS[8], ARGV[1], id)
+        redis.call('HSET', KEYS[9], id,
+          string.sub(envelope, 1, -2) .. ',"dead_kind":"rate_limited"}')
+        redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*',
+          'type', 'dead', 'id', id, 'kind', 'rate_limited', 'node', ARGV[5], 'ts', ARGV[1],
+          'url', string.match(envelope, '"request":{"url":"([^"]*)"') or '')
+      elseif later then
+        deferred[#deferred + 1] = later
+        deferred[#deferred + 1] = id
+      else
+        kept[#kept + 1] = id
+        kept_envelopes[#kept_envelopes + 1] = envelope or false
+      end
+    end
+    if #deferred > 0 then
+      redis.call('ZADD', KEYS[1], unpack(deferred))
+    end
+    ids, envelopes = kept, kept_envelopes
+  end
+end
+if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
-  local envelopes = redis.call('HMGET', KEYS[3], unpack(ids))
   local leases, owners = {}, {}
   for i, id in ipairs(ids) do
     local envelope = envelopes[i]

@@ -12,6 +12,7 @@
 -- ARGV[2] batch size
 -- ARGV[3] max reclaims: a task reclaimed more often is dead-lettered as poison
 -- ARGV[4] events stream max length (approximate)
+-- ARGV[5] node id of the reaper (recorded on its events)
 --
 -- Returns {{reclaimed ids}, {poisoned ids}}.
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
@@ -31,12 +32,13 @@ for _, id in ipairs(ids) do
       -- equal keys wins when it is read).
       redis.call('HSET', KEYS[7], id, string.sub(envelope, 1, -2) .. ',"dead_kind":"poison"}')
       redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*',
-        'type', 'dead', 'id', id, 'kind', 'poison', 'reclaims', count, 'ts', ARGV[1])
+        'type', 'dead', 'id', id, 'kind', 'poison', 'reclaims', count, 'node', ARGV[5],
+        'ts', ARGV[1])
       poisoned[#poisoned + 1] = id
     else
       redis.call('ZADD', KEYS[1], ARGV[1], id)
       redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*',
-        'type', 'reclaimed', 'id', id, 'reclaims', count, 'ts', ARGV[1])
+        'type', 'reclaimed', 'id', id, 'reclaims', count, 'node', ARGV[5], 'ts', ARGV[1])
       reclaimed[#reclaimed + 1] = id
     end
   end

@@ -1,0 +1,118 @@
+"""Per-domain cooldowns in Redis: a circuit breaker shared by every node.
+
+A domain (a request's lower-case host name) is *open* until a throttling
+answer (429, or 503 with Retry-After) or a burst of failures (timeouts,
+connection errors, 5xx above a threshold within a window) puts it in
+*cooling* until a time every node reads from Redis. While it cools down no
+node claims its retries (claim.lua moves them to the end of the cooldown) and
+fresh requests to it are parked as ``deferred``. Once the time has passed it
+is half-open: claim.lua lets one probe through; a success reopens the domain
+(domain_ok.lua), a failure extends the cooldown with backoff (domain_fail.lua).
+
+Like queue.py, blocking calls; the Scrapy glue runs them off the reactor thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .keys import Keys, keys_for
+from .queue import load_script_source
+
+#: Lua scripts of this module (lua/<name>.lua), beside queue.SCRIPT_NAMES.
+DOMAIN_SCRIPT_NAMES = ("domain_fail", "domain_ok")
+#: While a half-open domain's probe is in flight, its other tasks (and fresh
+#: requests to it) look again after this many ms.
+PROBE_RECHECK_MS = 1000
+#: Kinds that count towards a burst; a throttling answer trips at once.
+BURST_KINDS = ("timeout", "connection", "server_error")
+
+
+@dataclass(frozen=True, slots=True)
+class DomainChange:
+    """What one domain_fail / domain_ok call did."""
+
+    domain: str
+    changed: bool
+    state: str
+    previous: str
+    #: End of the cooldown (ms), 0 when open.
+    until: int
+    level: int
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class DomainCooldowns:
+    def __init__(
+        self,
+        client: redis.Redis | Any,
+        spider: str,
+        *,
+        node_id: str,
+        events_maxlen: int = 1_000_000,
+    ) -> None:
+        self.client = client
+        self.keys: Keys = keys_for(spider)
+        self.node_id = node_id
+        self.events_maxlen = events_maxlen
+        self._fail = client.register_script(load_script_source("domain_fail"))
+        self._ok = client.register_script(load_script_source("domain_ok"))
+
+    def _keys(self) -> list[str]:
+        k = self.keys
+        return [k.domains, k.cooling, k.bursts, k.probes, k.events]
+
+    def fail(
+        self,
+        domain: str,
+        *,
+        now: int,
+        cause: str,
+        wait_ms: int,
+        base_ms: int,
+        max_ms: int,
+        burst_threshold: int,
+        burst_window_ms: int,
+        reason: str,
+    ) -> DomainChange:
+        """Count a failure of *domain*: cause ``throttle`` or ``burst``."""
+        if cause not in ("throttle", "burst"):
+            raise ValueError(f"cause must be 'throttle' or 'burst', got {cause!r}")
+        changed, state, until, previous, level = self._fail(
+            keys=self._keys(),
+            args=[
+                *(now, domain, cause, int(wait_ms), int(base_ms), int(max_ms)),
+                *(int(burst_threshold), int(burst_window_ms), reason[:200]),
+                *(self.node_id, self.events_maxlen),
+            ],
+        )
+        return DomainChange(domain, bool(changed), _s(state), _s(previous), int(until), int(level))
+
+    def ok(self, domain: str, *, now: int) -> DomainChange:
+        """A success of *domain*: reopen it when its cooldown has ended."""
+        changed = self._ok(keys=self._keys(), args=[now, domain, self.node_id, self.events_maxlen])
+        if changed:
+            return DomainChange(domain, True, "open", "cooling", 0, 0)
+        return DomainChange(domain, False, "", "", 0, 0)
+
+    def cooling(self) -> dict[str, int]:
+        """Domains cooling down or half-open: domain -> end of the cooldown (ms)."""
+        return {
+            _s(domain): int(until)
+            for domain, until in self.client.zrange(self.keys.cooling, 0, -1, withscores=True)
+        }
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        """Every domain with a state: domain -> {state, until, level, reason, since}."""
+        import json
+
+        return {
+            _s(domain): json.loads(_s(raw))
+            for domain, raw in self.client.hgetall(self.keys.domains).items()
+        }
