@@ -526,3 +526,40 @@ def test_the_command_serves_the_dashboard(tmp_path: Path, dashboard_data: dict[s
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_cooling_domain_shows_on_the_overview_and_in_the_status_command(
+    client: TestClient, dashboard_data: dict[str, Any], redis_client: Any, tmp_path: Path
+) -> None:
+    from scrapy_retryqueue.domains import DomainCooldowns
+
+    now = int(time.time() * 1000)
+    cooldowns = DomainCooldowns(redis_client, dashboard_data["spider"], node_id="node-a")
+    change = cooldowns.fail(
+        "throttled.example",
+        now=now,
+        cause="throttle",
+        wait_ms=60_000,
+        base_ms=10_000,
+        max_ms=600_000,
+        burst_threshold=10,
+        burst_window_ms=10_000,
+        reason="HTTP 429",
+    )
+    assert change.state == "cooling"
+
+    cooling = client.get("/api/overview").json()["cooling"]
+    assert [(c["domain"], c["spider"], c["state"]) for c in cooling] == [
+        ("throttled.example", dashboard_data["spider"], "cooling")
+    ]
+    assert cooling[0]["until"] >= now + 60_000
+    assert 'id="by-cooling"' in client.get("/").text
+
+    settings = {k: v for k, v in dashboard_data["settings"].items() if k.startswith("RETRYQUEUE_")}
+    status = scrapy("retryqueue", "status", "--json", cwd=tmp_path, settings=settings)
+    assert status.code == 0, status.err
+    report = json.loads(status.out)
+    (entry,) = report["spiders"][dashboard_data["spider"]]["cooling"]
+    assert (entry["domain"], entry["reason"]) == ("throttled.example", "HTTP 429")
+    table = scrapy("retryqueue", "status", cwd=tmp_path, settings=settings)
+    assert "cooling:     throttled.example until" in table.out

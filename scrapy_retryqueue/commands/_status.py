@@ -46,7 +46,9 @@ def redis_counts(client: Any, spider: str, now_ms: int) -> dict[str, Any]:
     pipe.zcard(k.leased)
     pipe.zcard(k.dead)
     pipe.exists(k.events)
-    due, due_now, leased, dead, has_events = pipe.execute()
+    pipe.zrange(k.cooling, 0, -1, withscores=True)
+    pipe.hgetall(k.domains)
+    due, due_now, leased, dead, has_events, cooling, states = pipe.execute()
     unwritten = None
     if has_events:
         stream = EventStream(client, spider, consumer="status")
@@ -64,7 +66,30 @@ def redis_counts(client: Any, spider: str, now_ms: int) -> dict[str, Any]:
         "leased": int(leased),
         "dead_in_redis": int(dead),
         "events_unwritten": unwritten,
+        "cooling": _cooling(cooling, states),
     }
+
+
+def _cooling(cooling: list[tuple[Any, float]], states: dict[Any, Any]) -> list[dict[str, Any]]:
+    """Domains cooling down or half-open (per-domain cooldowns), soonest end first."""
+    out = []
+    for raw_domain, until in cooling:
+        domain = raw_domain.decode() if isinstance(raw_domain, bytes) else str(raw_domain)
+        raw = states.get(raw_domain) or states.get(domain)
+        try:
+            state = json.loads(raw) if raw else {}
+        except ValueError:
+            state = {}
+        out.append(
+            {
+                "domain": domain,
+                "until": int(until),
+                "state": state.get("state", "cooling"),
+                "level": state.get("level"),
+                "reason": state.get("reason"),
+            }
+        )
+    return out
 
 
 def collect(context: Context, spiders: list[str]) -> dict[str, Any]:
@@ -107,6 +132,7 @@ def collect(context: Context, spiders: list[str]) -> dict[str, Any]:
             "dead_in_store": statuses.get("dead", 0) if db is not None else None,
             "dead_in_redis": live["dead_in_redis"] if live else None,
             "events_unwritten": live["events_unwritten"] if live else None,
+            "cooling": live["cooling"] if live else None,
             "succeeded_today": (history or {}).get("succeeded_today", 0)
             if db is not None
             else None,
@@ -165,6 +191,16 @@ def render_table(report: dict[str, Any]) -> str:
                 + ", ".join(
                     f"{d['domain']} {d['pending']} pending / {d['dead']} dead"
                     for d in e["top_domains"]
+                )
+            )
+        if e.get("cooling"):
+            details.append(
+                "  cooling:     "
+                + ", ".join(
+                    f"{c['domain']} until "
+                    f"{datetime.fromtimestamp(c['until'] / 1000).astimezone():%H:%M:%S}"
+                    + (f" ({c['reason']})" if c.get("reason") else "")
+                    for c in e["cooling"]
                 )
             )
         if details:

@@ -24,15 +24,13 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from scrapy.commands import ScrapyCommand
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import delete, select
 
-from ..envelope import task_from_json
-from ..exceptions import EnvelopeError
 from ..queue import RedisDelayedQueue
 from ..store.queries import (
     EXPORT_COLUMNS,
@@ -42,6 +40,7 @@ from ..store.queries import (
     count,
     stream_rows,
 )
+from ..store.requeue import requeue_columns, requeue_rows
 from ..store.sync import EventSync
 from ._common import (
     EXIT_NO_MATCH,
@@ -303,8 +302,13 @@ class Command(ScrapyCommand):
         moved = skipped = live = seen = 0
         last_id = 0
         progress = Progress(total, "requeueing" if not ns.dry_run else "checking")
-        columns = (c.id, c.spider, c.task_id, c.url, c.kind, c.envelope, c.history, c.attempts,
-                   c.finished_at, c.last_error_type, c.last_error_message, c.last_error_status)  # fmt: skip
+        columns = requeue_columns(table)
+
+        def queue_for(spider: str) -> RedisDelayedQueue:
+            if spider not in queues:
+                queues[spider] = RedisDelayedQueue(client, spider, node_id=context.config.node_id)
+            return queues[spider]
+
         while seen < total:
             with store.connect() as conn:
                 rows = conn.execute(
@@ -317,69 +321,25 @@ class Command(ScrapyCommand):
                 break
             last_id = rows[-1].id
             seen += len(rows)
-            now = datetime.now(UTC)
-            now_ms = int(now.timestamp() * 1000)
-            updates = []
-            for row in rows:
+            for _ in rows:
                 progress.advance()
-                try:
-                    task = task_from_json(json.dumps(row.envelope or {}))
-                except EnvelopeError as exc:
-                    skipped += 1
-                    print(
-                        f"skipped {row.id} {row.url or ''}: cannot requeue ({exc})", file=sys.stderr
-                    )
-                    continue
-                if ns.dry_run:
+            if ns.dry_run:
+                for row in rows:
                     print(f"{row.id}\t{row.spider}\t{row.kind}\t{row.url}")
-                    moved += 1
-                    continue
-                if not ns.keep_budget:
-                    task.attempts = {}
-                task.dead_kind = None
-                task.due = now_ms
-                task.updated = now_ms
-                task.node = context.config.node_id
-                queue = queues.get(row.spider)
-                if queue is None:
-                    queue = queues[row.spider] = RedisDelayedQueue(
-                        client, row.spider, node_id=context.config.node_id
-                    )
-                if not queue.schedule(task, now=now_ms):
-                    live += 1  # a live retry of the same request is queued already
-                    continue
-                moved += 1
-                history = list(row.history or [])
-                history.append(
-                    {
-                        "status": "dead",
-                        "kind": row.kind,
-                        "attempts": row.attempts,
-                        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
-                        "last_error_type": row.last_error_type,
-                        "last_error_message": row.last_error_message,
-                        "last_error_status": row.last_error_status,
-                        "requeued_at": now.isoformat(),
-                        "kept_budget": bool(ns.keep_budget),
-                    }
-                )
-                updates.append({"row_id": row.id, "history": history})
-            if updates:
-                stmt = (
-                    update(table)
-                    .where(c.id == bindparam("row_id"), c.status == "dead")
-                    .values(
-                        status="waiting",
-                        next_retry_at=now,
-                        finished_at=None,
-                        updated_at=now,
-                        requeued_at=now,
-                        requeues=c.requeues + 1,
-                        history=bindparam("history"),
-                    )
-                )
-                with store.begin() as conn:
-                    conn.execute(stmt, updates)
+                moved += len(rows)
+                continue
+            done = requeue_rows(
+                store,
+                rows,
+                queue_for=queue_for,
+                node_id=context.config.node_id,
+                keep_budget=bool(ns.keep_budget),
+            )
+            moved += done.moved
+            live += done.live
+            skipped += len(done.malformed)
+            for row, exc in done.malformed:
+                print(f"skipped {row.id} {row.url or ''}: cannot requeue ({exc})", file=sys.stderr)
         progress.finish()
         verb = "would requeue" if ns.dry_run else "requeued"
         extra = []

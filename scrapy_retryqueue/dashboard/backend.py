@@ -32,6 +32,7 @@ from ..queue import RedisDelayedQueue
 from ..store.db import StoreError
 from ..store.models import tasks_table
 from ..store.queries import FINAL_STATUSES, FilterError, Filters, count, status_counts
+from ..store.requeue import requeue_columns, requeue_rows
 from ..store.sync import EventSync
 
 #: Statuses each action can change; other matching rows are left alone.
@@ -257,6 +258,7 @@ class Backend:
         by_kind: dict[str, dict[str, int]] = {}
         domains: dict[str, dict[str, int]] = {}
         nodes: Counter[str] = Counter()
+        cooling: list[dict[str, Any]] = []
         totals = Counter[str]()
         for spider in names:
             live = redis_counts(client, spider, now_ms) if client is not None else None
@@ -273,6 +275,8 @@ class Backend:
                 "events_unwritten": live["events_unwritten"] if live else None,
             }
             per_spider[spider] = entry
+            for c in (live or {}).get("cooling") or []:
+                cooling.append({"spider": spider, **c})
             for name in ("due", "due_now", "leased", "dead", "succeeded", "cancelled"):
                 totals[name] += entry[name] or 0
             for kind, n in history.get("by_kind", {}).items():
@@ -309,6 +313,7 @@ class Backend:
             "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -sum(kv[1].values()))),
             "top_domains": [{"domain": d, **n} for d, n in top_domains],
             "nodes": [{"node": n, "leased": c} for n, c in sorted(nodes.items())],
+            "cooling": sorted(cooling, key=lambda c: c["until"]),
             "chart": self.chart(client, names, window, now_ms),
             "notes": notes,
         }
@@ -632,6 +637,28 @@ class Backend:
                 changed += sum(done)
                 skipped += len(done) - sum(done)
                 spiders.add(spider)
+        self.sync(client, spiders)
+        return changed, skipped
+
+    def _requeue(self, client: Any, where: ColumnElement[bool]) -> tuple[int, int]:
+        """Dead letters back in the queue, due now, with a fresh budget (as
+        ``scrapy deadletters requeue`` does)."""
+        store = self.store()
+        changed = skipped = 0
+        spiders: set[str] = set()
+        node_id = f"{self.context().config.node_id}:dashboard"
+        for rows in self._rows(where, *requeue_columns(tasks_table)[1:]):
+            done = requeue_rows(
+                store,
+                rows,
+                queue_for=lambda spider: self._queue(client, spider),
+                node_id=node_id,
+                keep_budget=False,
+            )
+            changed += done.moved
+            # Malformed, or a live retry of the same request is queued already.
+            skipped += done.live + len(done.malformed)
+            spiders |= done.spiders
         self.sync(client, spiders)
         return changed, skipped
 

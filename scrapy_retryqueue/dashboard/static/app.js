@@ -125,6 +125,8 @@
     fillTable("by-kind", Object.entries(data.by_kind), ([k, v]) => [k, fmt(v.pending), fmt(v.recovered), fmt(v.dead)]);
     fillTable("by-domain", data.top_domains, (d) => [d.domain, fmt(d.pending), fmt(d.dead)]);
     fillTable("by-node", data.nodes, (d) => [d.node, fmt(d.leased)]);
+    fillTable("by-cooling", data.cooling || [], (c) =>
+      [c.domain, c.spider, c.state, new Date(c.until).toLocaleTimeString(), c.reason || ""]);
     fillTable("by-spider", Object.entries(data.spiders), ([s, e]) =>
       [s, fmt(e.due), fmt(e.due_now), fmt(e.leased), fmt(e.succeeded), fmt(e.dead), fmt(e.events_unwritten)]);
     document.getElementById("updated").textContent =
