@@ -26,13 +26,17 @@ def start_site(pages: int, port: int) -> tuple[subprocess.Popen[str], str]:
     site = subprocess.Popen(
         [sys.executable, str(HERE / "flaky_site.py"), "--port", str(port), "--pages", str(pages)],
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
     )
     assert site.stdout is not None
     line = site.stdout.readline().strip()
     if not line.startswith("listening on "):
         site.kill()
-        raise SystemExit(f"the flaky site did not start: {line!r}")
+        raise SystemExit(
+            f"the flaky site did not start on port {port} (is it in use? pick another with "
+            "--port; retries left pending by an earlier run point at the port they failed on)"
+        )
     return site, line.removeprefix("listening on ")
 
 
