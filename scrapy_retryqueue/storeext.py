@@ -261,6 +261,8 @@ class RetryQueueStoreExtension:
                 self._failed(exc)
                 if time.monotonic() + backoff >= deadline:
                     break
+                # A pool thread, not the reactor's: the close waits here on purpose,
+                # retrying the database until the deadline.
                 time.sleep(backoff)
                 backoff = min(backoff * 2, self.store_config.retry_max)
         if final:

@@ -20,13 +20,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from sqlalchemy import and_, bindparam, delete, func, select, update
+from sqlalchemy import and_, delete, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..commands._common import CommandFailed, Context
 from ..commands._status import _spiders_in_redis, redis_counts
-from ..envelope import task_from_json
-from ..exceptions import ConfigError, EnvelopeError
+from ..exceptions import ConfigError
 from ..keys import keys_for
 from ..queue import RedisDelayedQueue
 from ..store.db import StoreError
@@ -659,69 +658,6 @@ class Backend:
             # Malformed, or a live retry of the same request is queued already.
             skipped += done.live + len(done.malformed)
             spiders |= done.spiders
-        self.sync(client, spiders)
-        return changed, skipped
-
-    def _requeue(self, client: Any, where: ColumnElement[bool]) -> tuple[int, int]:
-        """Dead letters back in the queue, due now, with a fresh budget (as
-        ``scrapy deadletters requeue`` does)."""
-        c = tasks_table.c
-        table = tasks_table
-        store = self.store()
-        changed = skipped = 0
-        spiders: set[str] = set()
-        columns = (c.spider, c.kind, c.envelope, c.history, c.attempts, c.finished_at,
-                   c.last_error_type, c.last_error_message, c.last_error_status)  # fmt: skip
-        for rows in self._rows(where, *columns):
-            now = datetime.now(UTC)
-            now_ms = int(now.timestamp() * 1000)
-            updates = []
-            for row in rows:
-                try:
-                    task = task_from_json(json.dumps(row.envelope or {}))
-                except EnvelopeError:
-                    skipped += 1
-                    continue
-                task.attempts = {}
-                task.dead_kind = None
-                task.due = task.updated = now_ms
-                task.node = f"{self.context().config.node_id}:dashboard"
-                if not self._queue(client, row.spider).schedule(task, now=now_ms):
-                    skipped += 1  # a live retry of the same request is queued already
-                    continue
-                changed += 1
-                spiders.add(row.spider)
-                history = list(row.history or [])
-                history.append(
-                    {
-                        "status": "dead",
-                        "kind": row.kind,
-                        "attempts": row.attempts,
-                        "finished_at": _iso(row.finished_at),
-                        "last_error_type": row.last_error_type,
-                        "last_error_message": row.last_error_message,
-                        "last_error_status": row.last_error_status,
-                        "requeued_at": now.isoformat(),
-                        "kept_budget": False,
-                    }
-                )
-                updates.append({"row_id": row.id, "history": history})
-            if updates:
-                stmt = (
-                    update(table)
-                    .where(c.id == bindparam("row_id"), c.status == "dead")
-                    .values(
-                        status="waiting",
-                        next_retry_at=now,
-                        finished_at=None,
-                        updated_at=now,
-                        requeued_at=now,
-                        requeues=c.requeues + 1,
-                        history=bindparam("history"),
-                    )
-                )
-                with store.begin() as conn:
-                    conn.execute(stmt, updates)
         self.sync(client, spiders)
         return changed, skipped
 
