@@ -30,6 +30,16 @@ from scrapy_retryqueue.queue import RedisDelayedQueue
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Scrapy 2.13's test helpers (get_crawler) refuse to run without an installed
+    # reactor; 2.14 and newer do not need one, and get none here.
+    import scrapy
+    from scrapy.utils.reactor import install_reactor, is_reactor_installed
+
+    if scrapy.version_info < (2, 14) and not is_reactor_installed():
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """RETRYQUEUE_TEST_REDIS_URL, else the local server; fails (not skips) when it is down."""
