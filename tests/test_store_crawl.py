@@ -155,8 +155,12 @@ def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
             down_at = time.monotonic()
             events = redis.Redis.from_url(redis_url)
             length = events.xlen(keys_for(namespace).events)
-            # The crawl goes on and its events wait in Redis.
-            while time.monotonic() - down_at < 4:
+            # The crawl goes on and its events wait in Redis (at least 4 s down,
+            # longer on a slow machine until the crawl has written more events).
+            while time.monotonic() - down_at < 4 or (
+                events.xlen(keys_for(namespace).events) == length
+                and time.monotonic() - down_at < 20
+            ):
                 time.sleep(0.2)
             assert process.poll() is None, "the crawl stopped with the database"
             assert events.xlen(keys_for(namespace).events) > length
