@@ -142,7 +142,9 @@ def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
     store = Store(database)
     store.upgrade()
     settings = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_DATABASE_URL": database}
-    with flaky_site(pages=200, slow=1.5, retry_after=1) as site:
+    # Every page answers 0.3 s late, so the crawl still has pages to fetch (and
+    # events to write) for several seconds after the writer's first batch.
+    with flaky_site(pages=300, slow=1.5, retry_after=1, latency=0.3) as site:
         process, out = start_crawl(site.url, namespace, tmp_path, settings)
         try:
             # Wait until the writer has written something, then take the database away.
