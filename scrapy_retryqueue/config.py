@@ -65,7 +65,7 @@ class Config:
     item_replay: bool = False
 
 
-def _raw(settings: Any, name: str) -> Any:
+def raw_setting(settings: Any, name: str) -> Any:
     value = settings.get(name)
     return defaults.SETTINGS[name] if value is None else value
 
@@ -80,10 +80,19 @@ def _maybe_json(name: str, value: Any) -> Any:
     return value
 
 
-def _number(
-    settings: Any, name: str, *, minimum: float = 0.0, strict: bool = False, whole: bool = False
+def number_setting(
+    settings: Any,
+    name: str,
+    *,
+    minimum: float = 0.0,
+    strict: bool = False,
+    whole: bool = False,
+    finite: bool = False,
 ) -> Any:
-    value = _raw(settings, name)
+    """A numeric setting; ConfigError names it and shows the value when it is not
+    a number (NaN included), not whole when *whole*, infinite when *finite*, or
+    below *minimum* (or equal to it when *strict*)."""
+    value = raw_setting(settings, name)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value) if not whole else int(value)
@@ -91,7 +100,12 @@ def _number(
     if whole and isinstance(value, float) and value.is_integer():
         value = int(value)
     # NaN (e.g. -s NAME=nan) would pass every comparison below.
-    if bad_type or (whole and not isinstance(value, int)) or math.isnan(value):
+    if (
+        bad_type
+        or (whole and not isinstance(value, int))
+        or math.isnan(value)
+        or (finite and math.isinf(value))
+    ):
         kind = "a whole number" if whole else "a number"
         raise ConfigError(f"{name} must be {kind}, got {value!r}")
     if value < minimum or (strict and value == minimum):
@@ -100,8 +114,8 @@ def _number(
     return value
 
 
-def _bool(settings: Any, name: str) -> bool:
-    value = _raw(settings, name)
+def bool_setting(settings: Any, name: str) -> bool:
+    value = raw_setting(settings, name)
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, str)) and str(value).strip().lower() in {"0", "1", "true", "false"}:
@@ -111,7 +125,7 @@ def _bool(settings: Any, name: str) -> bool:
 
 def _policies(settings: Any) -> PolicyTable:
     name = "RETRYQUEUE_POLICIES"
-    user = _maybe_json(name, _raw(settings, name))
+    user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of kind -> policy fields, got {user!r}")
     policies: dict[str, Policy] = {}
@@ -125,7 +139,7 @@ def _policies(settings: Any) -> PolicyTable:
         )
 
     dname = "RETRYQUEUE_DOMAIN_POLICIES"
-    per_domain_raw = _maybe_json(dname, _raw(settings, dname))
+    per_domain_raw = _maybe_json(dname, raw_setting(settings, dname))
     if not isinstance(per_domain_raw, Mapping):
         raise ConfigError(
             f"{dname} must be a dict of domain -> kind -> policy, got {per_domain_raw!r}"
@@ -150,13 +164,13 @@ def _policies(settings: Any) -> PolicyTable:
             )
         per_domain[domain.lower().lstrip(".")] = resolved
 
-    retry_after_max = _number(settings, "RETRYQUEUE_RETRY_AFTER_MAX")
+    retry_after_max = number_setting(settings, "RETRYQUEUE_RETRY_AFTER_MAX")
     return PolicyTable(policies, per_domain, retry_after_max=float(retry_after_max))
 
 
 def _status_kinds(settings: Any) -> dict[int, str]:
     name = "RETRYQUEUE_STATUS_KINDS"
-    user = _maybe_json(name, _raw(settings, name))
+    user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of HTTP status -> kind, got {user!r}")
     merged = dict(defaults.STATUS_KINDS)
@@ -180,7 +194,7 @@ def _status_kinds(settings: Any) -> dict[int, str]:
 
 def _exception_kinds(settings: Any) -> dict[type, str]:
     name = "RETRYQUEUE_EXCEPTION_KINDS"
-    user = _maybe_json(name, _raw(settings, name))
+    user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of exception class path -> kind, got {user!r}")
     resolved: dict[type, str] = {}
@@ -244,7 +258,7 @@ def redact_url(url: str) -> str:
 
 
 def _log_level(settings: Any, name: str) -> int:
-    value = _raw(settings, name)
+    value = raw_setting(settings, name)
     level = logging.getLevelName(value.upper()) if isinstance(value, str) else value
     if not isinstance(level, int) or isinstance(level, bool):
         raise ConfigError(f"{name} must be a logging level like 'WARNING', got {value!r}")
@@ -252,7 +266,7 @@ def _log_level(settings: Any, name: str) -> int:
 
 
 def _optional_str(settings: Any, name: str) -> str | None:
-    value = _raw(settings, name)
+    value = raw_setting(settings, name)
     if value is None or value == "":
         return None
     if not isinstance(value, (str, os.PathLike)):
@@ -262,7 +276,7 @@ def _optional_str(settings: Any, name: str) -> str | None:
 
 def _retry_hook(settings: Any) -> Any:
     name = "RETRYQUEUE_RETRY_HOOK"
-    value = _raw(settings, name)
+    value = raw_setting(settings, name)
     if value is None or value == "":
         return None
     if isinstance(value, str):
@@ -277,63 +291,65 @@ def _retry_hook(settings: Any) -> Any:
 
 def load_config(settings: Any) -> Config:
     """Read and validate every RETRYQUEUE_* setting of a Scrapy Settings object."""
-    max_in_flight = _raw(settings, "RETRYQUEUE_MAX_IN_FLIGHT")
+    max_in_flight = raw_setting(settings, "RETRYQUEUE_MAX_IN_FLIGHT")
     if max_in_flight is None or max_in_flight == "":
         max_in_flight = int(settings.getint("CONCURRENT_REQUESTS", 16) or 16)
     else:
-        max_in_flight = _number(settings, "RETRYQUEUE_MAX_IN_FLIGHT", minimum=1, whole=True)
+        max_in_flight = number_setting(settings, "RETRYQUEUE_MAX_IN_FLIGHT", minimum=1, whole=True)
     node_id = (
         _optional_str(settings, "RETRYQUEUE_NODE_ID") or f"{socket.gethostname()}:{os.getpid()}"
     )
-    poll = _number(settings, "RETRYQUEUE_POLL_INTERVAL", strict=True)
-    lease = _number(settings, "RETRYQUEUE_LEASE_TIME", strict=True)
+    poll = number_setting(settings, "RETRYQUEUE_POLL_INTERVAL", strict=True)
+    lease = number_setting(settings, "RETRYQUEUE_LEASE_TIME", strict=True)
     if lease < 3 * poll:
         raise ConfigError(
             f"RETRYQUEUE_LEASE_TIME ({lease}) must be at least 3 x RETRYQUEUE_POLL_INTERVAL "
             f"({poll}), so leases are renewed before they expire"
         )
-    cooldown_base = _number(settings, "RETRYQUEUE_COOLDOWN_BASE", strict=True)
-    cooldown_max = _number(settings, "RETRYQUEUE_COOLDOWN_MAX", strict=True)
+    cooldown_base = number_setting(settings, "RETRYQUEUE_COOLDOWN_BASE", strict=True)
+    cooldown_max = number_setting(settings, "RETRYQUEUE_COOLDOWN_MAX", strict=True)
     if cooldown_max < cooldown_base:
         raise ConfigError(
             f"RETRYQUEUE_COOLDOWN_MAX ({cooldown_max}) is below "
             f"RETRYQUEUE_COOLDOWN_BASE ({cooldown_base})"
         )
     return Config(
-        enabled=_bool(settings, "RETRYQUEUE_ENABLED"),
+        enabled=bool_setting(settings, "RETRYQUEUE_ENABLED"),
         redis_url=redis_url_from_settings(settings),
-        redis_cluster=_bool(settings, "RETRYQUEUE_REDIS_CLUSTER"),
-        spool_memory=_number(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
-        spool_max=_number(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),
+        redis_cluster=bool_setting(settings, "RETRYQUEUE_REDIS_CLUSTER"),
+        spool_memory=number_setting(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
+        spool_max=number_setting(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),
         policy_table=_policies(settings),
         status_kinds=_status_kinds(settings),
         exception_kinds=_exception_kinds(settings),
         poll_interval=float(poll),
         lease_time=float(lease),
         max_in_flight=int(max_in_flight),
-        idle_timeout=float(_number(settings, "RETRYQUEUE_IDLE_TIMEOUT")),
-        max_reclaims=_number(settings, "RETRYQUEUE_MAX_RECLAIMS", whole=True),
-        priority_adjust=_number(
+        idle_timeout=float(number_setting(settings, "RETRYQUEUE_IDLE_TIMEOUT")),
+        max_reclaims=number_setting(settings, "RETRYQUEUE_MAX_RECLAIMS", whole=True),
+        priority_adjust=number_setting(
             settings, "RETRYQUEUE_PRIORITY_ADJUST", minimum=-(10**9), whole=True
         ),
         node_id=node_id,
-        events_maxlen=_number(settings, "RETRYQUEUE_EVENTS_MAXLEN", minimum=1, whole=True),
+        events_maxlen=number_setting(settings, "RETRYQUEUE_EVENTS_MAXLEN", minimum=1, whole=True),
         audit_log=_optional_str(settings, "RETRYQUEUE_AUDIT_LOG"),
-        audit_rotation=str(_raw(settings, "RETRYQUEUE_AUDIT_ROTATION")),
-        audit_retention=str(_raw(settings, "RETRYQUEUE_AUDIT_RETENTION")),
+        audit_rotation=str(raw_setting(settings, "RETRYQUEUE_AUDIT_ROTATION")),
+        audit_retention=str(raw_setting(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
         retry_hook=_retry_hook(settings),
-        domain_cooldown=_bool(settings, "RETRYQUEUE_DOMAIN_COOLDOWN"),
+        domain_cooldown=bool_setting(settings, "RETRYQUEUE_DOMAIN_COOLDOWN"),
         cooldown_base=float(cooldown_base),
         cooldown_max=float(cooldown_max),
-        burst_threshold=_number(settings, "RETRYQUEUE_BURST_THRESHOLD", minimum=1, whole=True),
-        burst_window=float(_number(settings, "RETRYQUEUE_BURST_WINDOW", strict=True)),
-        cooldown_probe_permanent=_bool(settings, "RETRYQUEUE_COOLDOWN_PROBE_PERMANENT"),
-        item_replay=_bool(settings, "RETRYQUEUE_ITEM_REPLAY"),
+        burst_threshold=number_setting(
+            settings, "RETRYQUEUE_BURST_THRESHOLD", minimum=1, whole=True
+        ),
+        burst_window=float(number_setting(settings, "RETRYQUEUE_BURST_WINDOW", strict=True)),
+        cooldown_probe_permanent=bool_setting(settings, "RETRYQUEUE_COOLDOWN_PROBE_PERMANENT"),
+        item_replay=bool_setting(settings, "RETRYQUEUE_ITEM_REPLAY"),
         deferral_max_wait=(
             None
             if settings.get("RETRYQUEUE_DEFERRAL_MAX_WAIT") in (None, "")
-            else float(_number(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT", strict=True))
+            else float(number_setting(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT", strict=True))
         ),
     )

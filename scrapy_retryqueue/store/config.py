@@ -5,8 +5,6 @@ A bad value raises :class:`ConfigError` naming the setting and showing the value
 
 from __future__ import annotations
 
-import contextlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from .. import defaults
-from ..config import redact_url
+from ..config import bool_setting, number_setting, raw_setting, redact_url
 from ..exceptions import ConfigError
 
 _DIALECTS = ("postgresql", "sqlite")
@@ -43,45 +41,15 @@ class StoreConfig:
         return f"sqlite:///{embedded_directory / defaults.STORE_SQLITE_NAME}"
 
 
-def _raw(settings: Any, name: str) -> Any:
-    value = settings.get(name)
-    return defaults.SETTINGS[name] if value is None else value
-
-
-def _number(settings: Any, name: str, *, minimum: float, whole: bool = False) -> Any:
-    value = _raw(settings, name)
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = int(value) if whole else float(value)
-    if whole and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    ok = not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
-    if not ok or (isinstance(value, float) and not math.isfinite(value)):
-        kind = "a whole number" if whole else "a number"
-        raise ConfigError(f"{name} must be {kind}, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum:g}, got {value!r}")
-    return value
-
-
 def _positive(settings: Any, name: str) -> float:
-    value = float(_number(settings, name, minimum=0))
+    value = float(number_setting(settings, name, finite=True))
     if value == 0:
         raise ConfigError(f"{name} must be > 0, got {value!r}")
     return value
 
 
-def _bool(settings: Any, name: str) -> bool:
-    value = _raw(settings, name)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, str)) and str(value).strip().lower() in {"0", "1", "true", "false"}:
-        return str(value).strip().lower() in {"1", "true"}
-    raise ConfigError(f"{name} must be True or False, got {value!r}")
-
-
 def _retention(settings: Any, name: str) -> float | None:
-    value = _raw(settings, name)
+    value = raw_setting(settings, name)
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
         return None
     return _positive(settings, name)
@@ -110,14 +78,18 @@ def check_database_url(url: Any, *, name: str = "RETRYQUEUE_DATABASE_URL") -> st
 def load_store_config(settings: Any) -> StoreConfig:
     """Read and validate the store's RETRYQUEUE_* settings of a Scrapy Settings object."""
     return StoreConfig(
-        enabled=_bool(settings, "RETRYQUEUE_STORE_ENABLED"),
-        database_url=check_database_url(_raw(settings, "RETRYQUEUE_DATABASE_URL")),
-        batch_size=_number(settings, "RETRYQUEUE_STORE_BATCH_SIZE", minimum=1, whole=True),
+        enabled=bool_setting(settings, "RETRYQUEUE_STORE_ENABLED"),
+        database_url=check_database_url(raw_setting(settings, "RETRYQUEUE_DATABASE_URL")),
+        batch_size=number_setting(
+            settings, "RETRYQUEUE_STORE_BATCH_SIZE", minimum=1, whole=True, finite=True
+        ),
         interval=_positive(settings, "RETRYQUEUE_STORE_INTERVAL"),
         retry_max=_positive(settings, "RETRYQUEUE_STORE_RETRY_MAX"),
         claim_idle=_positive(settings, "RETRYQUEUE_STORE_CLAIM_IDLE"),
-        close_timeout=float(_number(settings, "RETRYQUEUE_STORE_CLOSE_TIMEOUT", minimum=0)),
-        create_schema=_bool(settings, "RETRYQUEUE_STORE_CREATE_SCHEMA"),
+        close_timeout=float(
+            number_setting(settings, "RETRYQUEUE_STORE_CLOSE_TIMEOUT", finite=True)
+        ),
+        create_schema=bool_setting(settings, "RETRYQUEUE_STORE_CREATE_SCHEMA"),
         dead_retention=_retention(settings, "RETRYQUEUE_DEAD_RETENTION"),
         history_retention=_retention(settings, "RETRYQUEUE_HISTORY_RETENTION"),
     )
