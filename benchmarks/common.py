@@ -26,6 +26,9 @@ from scrapy_retryqueue.queue import RedisDelayedQueue, Write
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"
+sys.path.insert(0, str(PROJECT))
+# Re-exported: the benchmarks start the site through this module.
+from flaky_site import spawn as flaky_site  # noqa: E402, F401
 
 #: Settings every benchmark crawl shares, ours and stock alike: nothing that
 #: would skew a comparison (no telnet console, no remote control port, quiet log).
@@ -76,36 +79,6 @@ def own_redis() -> Iterator[str]:
         process.terminate()
         process.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-@dataclass
-class Site:
-    url: str
-    process: subprocess.Popen[str]
-
-    def get_json(self, path: str) -> Any:
-        import urllib.request
-
-        with urllib.request.urlopen(self.url + path, timeout=30) as reply:
-            return json.load(reply)
-
-
-@contextmanager
-def flaky_site(**options: Any) -> Iterator[Site]:
-    command = [sys.executable, str(PROJECT / "flaky_site.py"), "--port", "0"]
-    for name, value in options.items():
-        command += [f"--{name.replace('_', '-')}", str(value)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        process.kill()
-        raise SystemExit(f"the flaky site did not start: {line!r}")
-    try:
-        yield Site(line.removeprefix("listening on "), process)
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def crawl_process(

@@ -33,11 +33,13 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -635,6 +637,50 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
+
+
+@dataclass
+class RunningSite:
+    """A flaky site serving in a subprocess (see :func:`spawn`)."""
+
+    url: str
+    process: subprocess.Popen[str]
+
+    def get_json(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as reply:
+            return json.load(reply)
+
+    def reset(self) -> None:
+        request = urllib.request.Request(self.url + "/__reset", method="POST")
+        urllib.request.urlopen(request, timeout=10).close()
+
+    def pages(self, scenario: str) -> list[str]:
+        """URLs of the pages that follow *scenario*."""
+        table = self.get_json("/__scenarios")
+        return [self.url + path for path, info in table.items() if info["scenario"] == scenario]
+
+
+@contextlib.contextmanager
+def spawn(**options: Any) -> Iterator[RunningSite]:
+    """Run this site in a subprocess on a free port (tests, benchmarks, the demo).
+
+    *options* are its command-line flags (``pages=500``, ``host="127.0.0.2"``);
+    the process is stopped on exit.
+    """
+    command = [sys.executable, str(Path(__file__).resolve()), "--port", "0"]
+    for name, value in options.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        process.kill()
+        raise RuntimeError(f"the flaky site did not start: {line!r}")
+    try:
+        yield RunningSite(line.removeprefix("listening on "), process)
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

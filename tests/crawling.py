@@ -9,52 +9,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"
+sys.path.insert(0, str(PROJECT))
+from flaky_site import RunningSite as Site  # noqa: E402
+from flaky_site import spawn as flaky_site  # noqa: E402
 
-
-@dataclass
-class Site:
-    url: str
-    process: subprocess.Popen[str]
-
-    def get_json(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as reply:
-            return json.load(reply)
-
-    def reset(self) -> None:
-        request = urllib.request.Request(self.url + "/__reset", method="POST")
-        urllib.request.urlopen(request, timeout=10).close()
-
-    def pages(self, scenario: str) -> list[str]:
-        """URLs of the pages that follow *scenario*."""
-        table = self.get_json("/__scenarios")
-        return [self.url + path for path, info in table.items() if info["scenario"] == scenario]
-
-
-@contextmanager
-def flaky_site(**options: Any) -> Iterator[Site]:
-    """The bundled flaky site on a free port; options are its command-line flags."""
-    command = [sys.executable, str(PROJECT / "flaky_site.py"), "--port", "0"]
-    for name, value in options.items():
-        command += [f"--{name.replace('_', '-')}", str(value)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    assert line.startswith("listening on "), line
-    try:
-        yield Site(line.removeprefix("listening on "), process)
-    finally:
-        process.terminate()
-        process.wait(10)
+__all__ = ["Crawl", "Site", "crawl", "flaky_site", "read_crawl", "start_crawl"]
 
 
 def crawl_command(
