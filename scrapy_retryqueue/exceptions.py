@@ -5,14 +5,18 @@ from __future__ import annotations
 from scrapy.exceptions import IgnoreRequest
 
 
-class PermanentFailure(Exception):
+class RetryQueueError(Exception):
+    """Base of every exception scrapy-retryqueue raises: ``except RetryQueueError`` catches them all."""
+
+
+class PermanentFailure(RetryQueueError):
     """Raise from a spider callback for a page that will never succeed.
 
     The request is dead-lettered at once with kind ``rule`` and this message.
     """
 
 
-class RequestParked(IgnoreRequest):
+class RequestParked(IgnoreRequest, RetryQueueError):
     """A failed request was parked in the retry queue and will come back later.
 
     A request's errback receives this failure for each parked attempt; it gets
@@ -26,13 +30,13 @@ class RequestParked(IgnoreRequest):
         self.task_id = task_id
 
 
-class ConfigError(ValueError):
+class ConfigError(RetryQueueError, ValueError):
     """A RETRYQUEUE_* setting or a retryqueue_* meta key has a bad value."""
 
 
-class EnvelopeError(ValueError):
+class EnvelopeError(RetryQueueError, ValueError):
     """A task envelope cannot be written (unserializable) or read (malformed)."""
 
 
-class EmbeddedServerError(RuntimeError):
+class EmbeddedServerError(RetryQueueError, RuntimeError):
     """The embedded Redis-compatible server cannot be started here."""
