@@ -241,3 +241,15 @@ DASHBOARD_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_DASHBOARD_PAGE_SIZE": 50,
 }
 SETTINGS.update(DASHBOARD_SETTINGS)
+
+# --- added by the runtime redesign ---
+#: While a half-open domain's probe is in flight, its other tasks (and fresh
+#: requests to it) look again after this many ms.
+PROBE_RECHECK_MS = 1000
+#: Kinds that count towards a domain's burst; a throttling answer trips at once.
+BURST_KINDS = ("timeout", "connection", "server_error")
+#: Permanent kinds that get one more try when their domain cools down
+#: (RETRYQUEUE_COOLDOWN_PROBE_PERMANENT).
+PROBED_PERMANENT_KINDS = ("forbidden", "not_found")
+#: Expired leases one poll returns to due, at most.
+REAP_BATCH = 500

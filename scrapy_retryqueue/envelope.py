@@ -220,3 +220,19 @@ def _is_request_class_path(path: Any) -> bool:
     except (ImportError, AttributeError, ValueError, NameError):
         return False
     return isinstance(cls, type) and issubclass(cls, Request)
+
+
+def malformed_envelope(task_id: str, raw: str, error: str, node: str) -> str:
+    """The dead-letter envelope of a task that cannot be read: its raw text kept as it is."""
+    return json.dumps(
+        {
+            "v": ENVELOPE_VERSION,
+            "id": task_id,
+            "dead_kind": "malformed",
+            "kind": "malformed",
+            "node": node,
+            "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
+            "raw": raw,
+        },
+        separators=(",", ":"),
+    )

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -23,12 +22,9 @@ from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
 from .classify import failure_for_kind
-from .defaults import META_ITEM, META_TASK
-from .domains import PROBE_RECHECK_MS
+from .defaults import META_ITEM
 from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
-from .queue import Claimed
-from .runtime import CONNECTION_ERRORS, RetryQueueRuntime, now_ms, runtime_for, task_ref
-from .signals import retryqueue_dead
+from .runtime import PollResult, RetryQueueRuntime, runtime_for
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -36,22 +32,12 @@ if TYPE_CHECKING:
     from twisted.internet.base import DelayedCall
     from twisted.python.failure import Failure
 
+    from .queue import Claimed
+
 logger = logging.getLogger(__name__)
 
-_REAP_BATCH = 500
 #: Polls come at most this often (seconds), even when tasks fall due faster.
 MIN_POLL = 0.05
-
-
-@dataclass(slots=True)
-class TickResult:
-    claimed: Claimed
-    reclaimed: list[str] = field(default_factory=list)
-    poisoned: list[str] = field(default_factory=list)
-    lost: list[str] = field(default_factory=list)
-    tokens: str = ""
-    #: Domains cooling down (domain -> end, ms); None when cooldowns are off.
-    cooling: dict[str, int] | None = None
 
 
 class RetryQueueExtension:
@@ -61,10 +47,9 @@ class RetryQueueExtension:
         self.config = runtime.config
         self._timer: DelayedCall | None = None
         self._ticking: defer.Deferred[Any] | None = None
-        self._last_renew = 0.0
         self._idle_since: float | None = None
         self._counts: Claimed | None = None
-        #: runtime.writes when the poll that read _counts started.
+        #: runtime.writes.writes when the poll that read _counts started.
         self._counts_writes = -1
         self._closing = False
 
@@ -104,49 +89,13 @@ class RetryQueueExtension:
     # -- polling -------------------------------------------------------------
 
     def tick(self) -> None:
-        queue = self.runtime.queue
-        if self._ticking is not None or self._closing or queue is None:
+        if self._ticking is not None or self._closing:
             return
-        if self.runtime.down or len(self.runtime.spool):
-            # Nothing is claimed until the spool is replayed, to keep writes in order.
-            recovering = self.runtime.recover()
-            if recovering is not None:
-                recovering.addBoth(self._tick_done)
-                if not recovering.called:
-                    self._ticking = recovering
+        writes_seen = self.runtime.writes.writes
+        d = self.runtime.poll()
+        if d is None:
             return
-        now = time.time()
-        room = max(0, self.config.max_in_flight - len(self.runtime.held))
-        leases: dict[str, str] = {}
-        if now - self._last_renew >= self.config.lease_time / 3:
-            leases = dict(self.runtime.held)
-            self._last_renew = now
-        writes_seen = self.runtime.writes
-        token = self.runtime.new_lease_token()
-        lease_ms = int(self.config.lease_time * 1000)
-        max_reclaims = self.config.max_reclaims
-        domains = self.runtime.domains
-        max_wait = self.config.deferral_max_wait
-        max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
-
-        def io() -> TickResult:
-            now_ = now_ms()
-            reclaimed, poisoned = queue.reap(now=now_, limit=_REAP_BATCH, max_reclaims=max_reclaims)
-            lost = queue.renew(leases, lease_until=now_ + lease_ms)
-            claimed = queue.claim(
-                now=now_,
-                limit=room,
-                lease_until=now_ + lease_ms,
-                token=token,
-                cooldowns=domains is not None,
-                recheck_ms=PROBE_RECHECK_MS,
-                deferral_max_wait_ms=max_wait_ms,
-            )
-            cooling = domains.cooling() if domains is not None else None
-            return TickResult(claimed, reclaimed, poisoned, lost, token, cooling)
-
-        d = self.runtime.call_untracked(io)
-        d.addCallbacks(self._after_tick, self._tick_failed, callbackArgs=(writes_seen,))
+        d.addCallback(self._after_poll, writes_seen)
         d.addBoth(self._tick_done)
         if not d.called:
             self._ticking = d
@@ -166,9 +115,8 @@ class RetryQueueExtension:
         until = counts.next_due / 1000 - time.time()
         if until > 0:
             return min(poll, max(min(MIN_POLL, poll), until))
-        has_room = len(self.runtime.held) < self.config.max_in_flight
         # Due already: the last claim was capped by its batch, or by room.
-        return min(MIN_POLL, poll) if has_room else poll
+        return min(MIN_POLL, poll) if self.runtime.leases.room else poll
 
     def _arm(self, delay: float) -> None:
         from twisted.internet import reactor
@@ -188,52 +136,17 @@ class RetryQueueExtension:
             # Nothing to do this time (not open yet, or a poll could not start).
             self._arm(self.config.poll_interval)
 
-    def _tick_failed(self, failure: Failure) -> None:
-        if failure.check(*CONNECTION_ERRORS):
-            self.runtime.mark_down(failure.value)
-            return
-        self.runtime.stats.inc_value("retryqueue/poll_error")
-        logger.error("scrapy-retryqueue: poll failed: %s", failure.value)
-
-    def _after_tick(self, result: TickResult, writes_seen: int) -> None:
-        stats = self.runtime.stats
+    def _after_poll(self, result: PollResult | bool | None, writes_seen: int) -> None:
+        if not isinstance(result, PollResult):
+            return  # a spool replay, or a failed poll (already reported)
         self._counts = result.claimed
         self._counts_writes = writes_seen
-        if result.cooling is not None:
-            self.runtime.cooling = result.cooling
-        if result.reclaimed:
-            stats.inc_value("retryqueue/reclaimed", len(result.reclaimed))
-        if result.poisoned:
-            stats.inc_value("retryqueue/dead", len(result.poisoned))
-            stats.inc_value("retryqueue/dead/poison", len(result.poisoned))
-            logger.error(
-                "scrapy-retryqueue: %d task(s) dead-lettered as poison (lease expired more than "
-                "RETRYQUEUE_MAX_RECLAIMS=%d times)",
-                len(result.poisoned),
-                self.config.max_reclaims,
-            )
-            for task_id in result.poisoned:
-                self.runtime.send_signal(
-                    retryqueue_dead,
-                    request=None,
-                    task_id=task_id,
-                    kind="poison",
-                    reason=f"lease expired more than {self.config.max_reclaims} times",
-                    decision=None,
-                    outcome="dead",
-                )
-        for task_id in result.lost:
-            self.runtime.held.pop(task_id, None)
-        if result.lost:
-            stats.inc_value("retryqueue/lease_lost", len(result.lost))
         if result.claimed.tasks:
             self._idle_since = None
+        if self._closing:
+            return  # claimed while the spider closes: held only to be released
         for task_id, raw in result.claimed.tasks:
-            if self._closing:
-                # Claimed while the spider closes: held only to be released.
-                self.runtime.held[task_id] = result.tokens
-            else:
-                self._reinject(task_id, raw, result.tokens)
+            self._reinject(task_id, raw, result.token)
 
     def _reinject(self, task_id: str, raw: str, token: str) -> None:
         runtime = self.runtime
@@ -241,11 +154,9 @@ class RetryQueueExtension:
             task = task_from_json(raw)
             request = request_from_json(task.request, runtime.spider)
         except EnvelopeError as exc:
-            self._dead_malformed(task_id, raw, token, exc)
+            runtime.dead_letter_malformed(task_id, raw, token, exc)
             return
-        request.meta[META_TASK] = task_ref(task, token)
-        runtime.held[task_id] = token
-        runtime.stats.inc_value("retryqueue/reinjected")
+        request = runtime.claimed_request(task, token, request)
         if isinstance(request.meta.get(META_ITEM), dict) and self.config.item_replay:
             deferred_from_coro(self._replay(request)).addErrback(
                 lambda f: logger.error(
@@ -255,45 +166,19 @@ class RetryQueueExtension:
             return
         self.crawler.engine.crawl(request)
 
-    def _dead_malformed(self, task_id: str, raw: str, token: str, exc: Exception) -> None:
-        runtime = self.runtime
-        queue = runtime.queue
-        assert queue is not None
-        logger.error("scrapy-retryqueue: task %s is malformed (%s); dead-lettered", task_id, exc)
-        # The raw text is kept as it is, so a person can see what was wrong.
-        envelope = _json_wrap_malformed(task_id, raw, str(exc), runtime.config.node_id)
-
-        def counted(written: bool) -> None:
-            if written:
-                runtime.stats.inc_value("retryqueue/dead")
-                runtime.stats.inc_value("retryqueue/dead/malformed")
-                runtime.send_signal(
-                    retryqueue_dead,
-                    request=None,
-                    task_id=task_id,
-                    kind="malformed",
-                    reason=str(exc),
-                    decision=None,
-                    outcome="dead",
-                )
-
-        runtime.call(
-            queue.deadletter_raw, task_id, envelope, token, now=now_ms(), kind="malformed", url=""
-        ).addCallback(counted)
-
     # -- keeping the spider open --------------------------------------------
 
     def spider_idle(self, spider: Spider) -> None:
         runtime = self.runtime
-        if self._closing or runtime.queue is None:
+        if self._closing or not runtime.is_open:
             return
         self.tick()
-        if runtime.busy or runtime.held:
+        if runtime.busy or runtime.leases.held:
             raise DontCloseSpider
-        waiting_for_redis = runtime.down or len(runtime.spool) > 0
+        waiting_for_redis = runtime.down or runtime.writes.spooled > 0
         # Counts read before the latest write (a parse retry scheduled after
         # the last poll, say) cannot tell that nothing is pending.
-        stale = self._counts is None or self._counts_writes != runtime.writes
+        stale = self._counts is None or self._counts_writes != runtime.writes.writes
         counts = self._counts
         pending = 0 if counts is None else counts.due + counts.leased
         if not (waiting_for_redis or stale or pending):
@@ -336,13 +221,12 @@ class RetryQueueExtension:
             digest = hashlib.sha1(self.runtime.fingerprint(request).encode())
             digest.update(json.dumps(replay, sort_keys=True, default=str).encode())
             replayed = request.replace(meta={**request.meta, META_ITEM: replay})
-            plan = self.runtime.plan(replayed, storage, task_id=digest.hexdigest())
-            self.runtime.stats.inc_value("retryqueue/item_replay/scheduled")
+            self.runtime.reporter.count("retryqueue/item_replay/scheduled")
+            self.runtime.park(replayed, storage, task_id=digest.hexdigest())
         else:
             if self.config.item_replay and replay is None:
-                self.runtime.stats.inc_value("retryqueue/item_replay/unserializable")
-            plan = self.runtime.plan(request, storage)
-        self.runtime.persist(plan)
+                self.runtime.reporter.count("retryqueue/item_replay/unserializable")
+            self.runtime.park(request, storage)
 
     def _replay_meta(self, item: Any) -> dict[str, Any] | None:
         """The item as JSON, with its class when it can be rebuilt; None when it is not JSON."""
@@ -358,12 +242,12 @@ class RetryQueueExtension:
 
     def item_scraped(self, item: Any, response: Any, spider: Spider) -> None:
         if _is_replay(response):
-            self.runtime.stats.inc_value("retryqueue/item_replay/stored")
+            self.runtime.reporter.count("retryqueue/item_replay/stored")
             self.runtime.ack(response.request)
 
     def item_dropped(self, item: Any, response: Any, spider: Spider, exception: Any) -> None:
         if _is_replay(response):
-            self.runtime.ack(response.request, outcome="ignored")
+            self.runtime.ack(response.request, ignored=True)
 
     async def _replay(self, request: Request) -> None:
         """Send a stored item through the item pipelines again (no download)."""
@@ -379,7 +263,7 @@ class RetryQueueExtension:
         # A stand-in for the page: item_error / item_scraped name its request,
         # whose meta holds the task, so the extension acks or reschedules it.
         response = Response(request.url, request=request, flags=[REPLAY_FLAG])
-        self.runtime.stats.inc_value("retryqueue/item_replay/replayed")
+        self.runtime.reporter.count("retryqueue/item_replay/replayed")
         scraper = self.crawler.engine.scraper
         if hasattr(scraper, "start_itemproc_async"):
             await scraper.start_itemproc_async(item, response=response)
@@ -387,7 +271,7 @@ class RetryQueueExtension:
             await maybe_deferred_to_future(scraper.start_itemproc(item, response=response))
 
     def request_dropped(self, request: Request, spider: Spider) -> None:
-        self.runtime.ack(request, outcome="ignored")
+        self.runtime.ack(request, ignored=True)
 
 
 #: Flag of the stand-in response of an item replay.
@@ -396,22 +280,3 @@ REPLAY_FLAG = "retryqueue_replay"
 
 def _is_replay(response: Any) -> bool:
     return REPLAY_FLAG in (getattr(response, "flags", None) or ())
-
-
-def _json_wrap_malformed(task_id: str, raw: str, error: str, node: str) -> str:
-    import json
-
-    from .defaults import ENVELOPE_VERSION
-
-    return json.dumps(
-        {
-            "v": ENVELOPE_VERSION,
-            "id": task_id,
-            "dead_kind": "malformed",
-            "kind": "malformed",
-            "node": node,
-            "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
-            "raw": raw,
-        },
-        separators=(",", ":"),
-    )

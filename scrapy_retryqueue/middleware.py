@@ -22,9 +22,10 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from .classify import FailureInfo, classify_exception, classify_status
+from .classify import classify_exception, classify_status
 from .exceptions import RequestParked
-from .runtime import RetryQueueRuntime, _ref_of, runtime_for
+from .runtime import Parking, RetryQueueRuntime, runtime_for
+from .runtime.taskref import ref_of
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -48,6 +49,9 @@ class RetryQueueMiddleware:
     def __init__(self, runtime: RetryQueueRuntime) -> None:
         self.runtime = runtime
         self.config = runtime.config
+        #: The breaker's dict of cooling domains, updated in place: empty in a
+        #: healthy crawl, so process_request costs one truth test.
+        self._cooling = runtime.breaker.cooling
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueMiddleware:
@@ -62,29 +66,12 @@ class RetryQueueMiddleware:
         cools down), and a coroutine only when a request must be parked: an
         ``async def`` would cost every request of a healthy crawl a coroutine.
         """
-        runtime = self.runtime
-        if not runtime.cooling:
+        if not self._cooling or request.meta.get("dont_retry", False):
             return None
-        until = runtime.cooling_until(request)
-        if (
-            until is None
-            or request.meta.get("dont_retry", False)
-            or request.callback is NO_CALLBACK
-            or _ref_of(request) is not None  # re-injected: the claim let it through
-        ):
+        if request.callback is NO_CALLBACK or ref_of(request) is not None:
             return None
-        return self._defer(request, until)
-
-    async def _defer(self, request: Request, until: int) -> None:
-        runtime = self.runtime
-        plan = runtime.plan_deferred(request, until)
-        if not plan.decision.retry:
-            return None  # cannot be stored (unserializable): let it go now
-        outcome = await maybe_deferred_to_future(runtime.persist(plan))
-        if outcome in ("parked", "spooled", "duplicate", "stale"):
-            runtime.stats.inc_value("retryqueue/domain/deferred")
-            raise RequestParked("deferred", plan.decision.delay, plan.task.id)
-        return None
+        parking = self.runtime.defer(request)
+        return None if parking is None else self._park(parking)
 
     async def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
@@ -97,11 +84,10 @@ class RetryQueueMiddleware:
             status_kinds=self.config.status_kinds,
             now=time.time(),
         )
-        self.runtime.note_outcome(request, failure)
         if failure is None:
-            self.runtime.ack(request)
+            self.runtime.download_succeeded(request)
             return response
-        await self._park(request, failure)
+        await self._park(self.runtime.download_failed(request, failure))
         return response
 
     async def process_exception(
@@ -110,7 +96,7 @@ class RetryQueueMiddleware:
         if isinstance(exception, IgnoreRequest):
             # Another component dropped the request on purpose: its task is done.
             if not isinstance(exception, RequestParked):
-                self.runtime.ack(request, outcome="ignored")
+                self.runtime.ack(request, ignored=True)
             return None
         if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
             return None
@@ -120,17 +106,13 @@ class RetryQueueMiddleware:
             self.runtime.release(request)
             return None
         failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
-        self.runtime.note_outcome(request, failure)
-        await self._park(request, failure)
+        await self._park(self.runtime.download_failed(request, failure))
         return None
 
-    async def _park(self, request: Request, failure: FailureInfo) -> Any:
-        """Raise RequestParked when the request was parked; return when it was not."""
-        plan = self.runtime.plan(request, failure)
-        outcome = await maybe_deferred_to_future(self.runtime.persist(plan))
-        if outcome in ("parked", "spooled", "duplicate", "stale"):
-            # spooled: written once Redis answers again; duplicate / stale:
-            # another live task of this request will run it.
-            raise RequestParked(plan.decision.kind, plan.decision.delay, plan.task.id)
-        # dead, or Redis refused the write: the failure goes on to the errback.
-        return None
+    @staticmethod
+    async def _park(parking: Parking) -> None:
+        """Raise RequestParked when the request will come back; return when it will not
+        (a dead letter, or a write Redis refused): the failure goes on to the errback."""
+        outcome = await maybe_deferred_to_future(parking.outcome)
+        if outcome.request_parked:
+            raise parking.parked()

@@ -41,6 +41,5 @@ class RetryQueueSpiderMiddleware:
         if request.meta.get("dont_retry", False):
             return None
         kind = "rule" if isinstance(exception, PermanentFailure) else "parse"
-        plan = self.runtime.plan(request, failure_for_kind(kind, exception))
-        self.runtime.persist(plan)
-        return [] if plan.decision.retry else None
+        parking = self.runtime.park(request, failure_for_kind(kind, exception))
+        return [] if parking.retry else None

@@ -104,7 +104,7 @@ class RetryQueueStoreExtension:
         # The retry queue's last writes first: dead letters of the final
         # failures, and the leases it releases as it closes.
         runtime = runtime_if_any(self.crawler)
-        if runtime is not None and runtime.queue is not None:
+        if runtime is not None and runtime.is_open:
             await maybe_deferred_to_future(runtime.closed)
         await maybe_deferred_to_future(threads.deferToThread(self._stop_thread))
         await maybe_deferred_to_future(

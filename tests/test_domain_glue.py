@@ -14,7 +14,9 @@ from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.domains import PROBE_RECHECK_MS
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.runtime import RetryQueueRuntime, now_ms
+from scrapy_retryqueue.runtime import RetryQueueRuntime
+from scrapy_retryqueue.runtime.planner import Plan
+from scrapy_retryqueue.values import now_ms
 
 
 class Spider(scrapy.Spider):
@@ -25,8 +27,15 @@ def _runtime(tmp_path: Path, **settings: Any) -> RetryQueueRuntime:
     crawler = get_crawler(Spider, {"RETRYQUEUE_EMBEDDED_DIR": str(tmp_path), **settings})
     crawler.spider = crawler._create_spider()
     runtime = RetryQueueRuntime(crawler)
-    runtime.spider = crawler.spider
+    runtime.spider = runtime.planner.spider = runtime.reporter.spider = crawler.spider
     return runtime
+
+
+def _plan(runtime: RetryQueueRuntime, request: scrapy.Request, failure: FailureInfo) -> Plan:
+    """The planner's plan, its notes counted and logged as the runtime does."""
+    plan = runtime.planner.plan(request, failure)
+    runtime.reporter.notes(plan.notes)
+    return plan
 
 
 def test_cooldowns_are_off_by_default():
@@ -76,11 +85,11 @@ def test_bad_cooldown_settings_name_setting_and_value(values: dict[str, Any], me
 def test_a_fresh_request_to_a_cooling_domain_is_deferred_without_budget(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     until = now_ms() + 20_000
-    runtime.cooling = {"shop.test": until}
+    runtime.breaker.polled({"shop.test": until})
     request = scrapy.Request("http://Shop.Test:8080/p/1")
-    assert runtime.cooling_until(request) == until
-    assert runtime.cooling_until(scrapy.Request("http://calm.test/")) is None
-    plan = runtime.plan_deferred(request, until)
+    assert runtime.breaker.cooling_until(request) == until
+    assert runtime.breaker.cooling_until(scrapy.Request("http://calm.test/")) is None
+    plan = runtime.planner.plan_deferred(request, until)
     assert plan.decision.kind == "deferred" and plan.decision.retry
     assert plan.task.kind == "deferred"
     assert plan.task.attempts == {"deferred": 1}
@@ -92,7 +101,7 @@ def test_a_fresh_request_to_a_cooling_domain_is_deferred_without_budget(tmp_path
 def test_a_fresh_request_to_a_half_open_domain_waits_for_the_probe(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     ended = now_ms() - 1
-    plan = runtime.plan_deferred(scrapy.Request("http://shop.test/"), ended)
+    plan = runtime.planner.plan_deferred(scrapy.Request("http://shop.test/"), ended)
     assert plan.task.due - plan.now >= PROBE_RECHECK_MS
     assert plan.task.due - plan.now <= PROBE_RECHECK_MS + 1000
 
@@ -111,7 +120,7 @@ def test_deferrals_do_not_touch_other_kinds_budgets(tmp_path: Path):
         "url": request.url,
         "settled": False,
     }
-    plan = runtime.plan_deferred(request, now_ms() + 5_000)
+    plan = runtime.planner.plan_deferred(request, now_ms() + 5_000)
     assert plan.task.attempts == {"rate_limited": 2, "deferred": 1}
 
 
@@ -122,7 +131,7 @@ def test_the_hook_is_not_asked_about_deferrals(tmp_path: Path):
         RETRYQUEUE_DOMAIN_COOLDOWN=True,
         RETRYQUEUE_RETRY_HOOK=lambda request, decision: calls.append(decision),
     )
-    runtime.plan_deferred(scrapy.Request("http://shop.test/"), now_ms() + 5_000)
+    runtime.planner.plan_deferred(scrapy.Request("http://shop.test/"), now_ms() + 5_000)
     assert calls == []
 
 
@@ -136,14 +145,14 @@ def test_a_403_or_404_while_cooling_gets_one_try_after_the_cooldown(
 ):
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     until = now_ms() + 8_000
-    runtime.cooling = {"shop.test": until}
+    runtime.breaker.polled({"shop.test": until})
     request = scrapy.Request("http://shop.test/gone")
-    plan = runtime.plan(request, failure)
+    plan = _plan(runtime, request, failure)
     assert plan.decision.retry and plan.decision.kind == failure.kind
     assert plan.decision.attempt == 1
     assert plan.task.due >= until
     assert "cools down: one more try after the cooldown" in plan.decision.reason
-    assert runtime.stats.get_value("retryqueue/domain/permanent_probes") == 1
+    assert runtime.crawler.stats.get_value("retryqueue/domain/permanent_probes") == 1
 
     # Its one try failed the same way: a dead letter, even if still cooling.
     request.meta["retryqueue_task"] = {
@@ -157,14 +166,14 @@ def test_a_403_or_404_while_cooling_gets_one_try_after_the_cooldown(
         "url": request.url,
         "settled": False,
     }
-    again = runtime.plan(request, failure)
+    again = _plan(runtime, request, failure)
     assert not again.decision.retry and again.task.dead_kind == failure.kind
 
 
 def test_a_403_of_an_open_domain_is_dead_at_once(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
-    runtime.cooling = {"other.test": now_ms() + 8_000}
-    plan = runtime.plan(scrapy.Request("http://shop.test/"), FORBIDDEN)
+    runtime.breaker.polled({"other.test": now_ms() + 8_000})
+    plan = _plan(runtime, scrapy.Request("http://shop.test/"), FORBIDDEN)
     assert not plan.decision.retry and plan.task.dead_kind == "forbidden"
 
 
@@ -172,8 +181,8 @@ def test_the_permanent_probe_can_be_turned_off(tmp_path: Path):
     runtime = _runtime(
         tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True, RETRYQUEUE_COOLDOWN_PROBE_PERMANENT=False
     )
-    runtime.cooling = {"shop.test": now_ms() + 8_000}
-    plan = runtime.plan(scrapy.Request("http://shop.test/"), FORBIDDEN)
+    runtime.breaker.polled({"shop.test": now_ms() + 8_000})
+    plan = _plan(runtime, scrapy.Request("http://shop.test/"), FORBIDDEN)
     assert not plan.decision.retry
 
 

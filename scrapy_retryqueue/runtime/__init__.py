@@ -1,0 +1,354 @@
+"""The facade the Scrapy glue calls for one crawler: park, defer, ack, release, poll.
+
+The downloader middleware, the spider middleware and the extension of one
+crawler share one :class:`RetryQueueRuntime` and talk to nothing deeper. The
+path of a failure reads top-down from :meth:`RetryQueueRuntime.park`:
+
+1. :mod:`.planner` decides (pure): policy, meta overrides, retry hook, envelope;
+2. :mod:`.writes` carries the decision to Redis (batched, on the worker
+   thread; spooled while Redis is down);
+3. :mod:`.reporting` counts, logs, audits and signals what the write did.
+
+Beside them: :mod:`.taskref` (which task a request is), :mod:`.leases` (the
+tasks this node holds and the poll that claims them) and :mod:`.breaker`
+(per-domain cooldowns).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from scrapy.exceptions import NotConfigured
+from twisted.internet import defer
+
+from ..config import Config, load_config
+from ..domains import DomainCooldowns
+from ..envelope import malformed_envelope
+from ..exceptions import ConfigError, RequestParked
+from ..queue import Write
+from ..values import now_ms
+from .breaker import DomainBreaker
+from .leases import Leases, PollResult
+from .outcome import Outcome
+from .planner import Plan, Planner
+from .reporting import Reporter
+from .taskref import live_ref, ref_of, settle, task_ref
+from .writes import CONNECTION_ERRORS, WritePath
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+    from ..classify import FailureInfo
+    from ..envelope import Task
+
+__all__ = [
+    "CONNECTION_ERRORS",
+    "Outcome",
+    "Parking",
+    "PollResult",
+    "RetryQueueRuntime",
+    "runtime_for",
+    "runtime_if_any",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Parking:
+    """A failure on its way into the queue: the decision now, the write's Outcome later."""
+
+    kind: str
+    delay: float
+    task_id: str
+    #: The decision: retry later (True) or dead letter (False).
+    retry: bool
+    outcome: defer.Deferred[Outcome]
+
+    def parked(self) -> RequestParked:
+        """The exception that takes the request out of the crawl until it is due."""
+        return RequestParked(self.kind, self.delay, self.task_id)
+
+
+_RUNTIMES: WeakKeyDictionary[Crawler, RetryQueueRuntime] = WeakKeyDictionary()
+
+
+def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
+    """The crawler's runtime, created on first use; NotConfigured when disabled."""
+    runtime = _RUNTIMES.get(crawler)
+    if runtime is None:
+        runtime = RetryQueueRuntime(crawler)
+        _RUNTIMES[crawler] = runtime
+    if not runtime.config.enabled:
+        raise NotConfigured("RETRYQUEUE_ENABLED is False")
+    return runtime
+
+
+def runtime_if_any(crawler: Crawler) -> RetryQueueRuntime | None:
+    """The crawler's runtime when a component created one, without creating it."""
+    return _RUNTIMES.get(crawler)
+
+
+class RetryQueueRuntime:
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        try:
+            self.config: Config = load_config(crawler.settings)
+        except ConfigError as exc:
+            # A bad setting stops the crawl before it fetches anything.
+            logger.error("scrapy-retryqueue: %s", exc)
+            raise
+        self.reporter = Reporter(crawler, self.config)
+        self.writes = WritePath(self.config, self.reporter)
+        self.breaker = DomainBreaker(self.config, self.writes, self.reporter)
+        self.leases = Leases(self.config)
+        self.planner = Planner(
+            self.config,
+            fingerprint=self.fingerprint,
+            retry_hook=self._build_hook(self.config.retry_hook),
+            cooling=self.breaker.cooling,
+        )
+        self.spider: Spider | None = None
+        #: Fires once close() has finished: every write of this crawl is in
+        #: Redis (or in the spool), released leases included.
+        self.closed: defer.Deferred[None] = defer.Deferred()
+
+    def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
+        """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
+        if hook is None or not isinstance(hook, type):
+            return hook
+        from scrapy.utils.misc import build_from_crawler
+
+        instance = build_from_crawler(hook, self.crawler)
+        if not callable(instance):
+            raise ConfigError(
+                f"RETRYQUEUE_RETRY_HOOK {hook!r} builds an object that is not callable "
+                f"(it needs a __call__(request, decision) method)"
+            )
+        return instance
+
+    def fingerprint(self, request: Request) -> str:
+        return self.crawler.request_fingerprinter.fingerprint(request).hex()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self, spider: Spider) -> None:
+        self.spider = self.planner.spider = spider
+        self.reporter.open(spider)
+        queue = await self.writes.open(spider.name)
+        if self.config.domain_cooldown:
+            self.breaker.open(
+                DomainCooldowns(
+                    queue.client,
+                    spider.name,
+                    node_id=self.config.node_id,
+                    events_maxlen=self.config.events_maxlen,
+                )
+            )
+
+    async def close(self) -> None:
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        writes = self.writes
+        try:
+            await writes.flush_for_close()
+            if writes.queue is not None and self.leases.held and not writes.down:
+                leases = self.leases.take_all()
+                try:
+                    released = await maybe_deferred_to_future(
+                        writes.call(writes.queue.release, leases, now=now_ms())
+                    )
+                    self.reporter.count("retryqueue/released", released)
+                    logger.info("scrapy-retryqueue: released %d unfinished task(s)", released)
+                except Exception as exc:
+                    logger.warning(
+                        "scrapy-retryqueue: could not release %d task(s) (%s); "
+                        "their leases expire and other nodes take them",
+                        len(leases),
+                        exc,
+                    )
+            await writes.shutdown()
+            self.reporter.close()
+        finally:
+            if not self.closed.called:
+                self.closed.callback(None)
+
+    # -- state the extension reads -------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """Writes are on their way to Redis: the spider must not close yet."""
+        return self.writes.busy
+
+    @property
+    def is_open(self) -> bool:
+        return self.writes.queue is not None
+
+    @property
+    def down(self) -> bool:
+        return self.writes.down
+
+    # -- failures --------------------------------------------------------------------------
+
+    def park(
+        self, request: Request, failure: FailureInfo, *, task_id: str | None = None
+    ) -> Parking:
+        """Plan a failed attempt and write it: a retry parked for later, or a dead letter."""
+        return self._carry_out(self.planner.plan(request, failure, task_id=task_id))
+
+    def download_failed(self, request: Request, failure: FailureInfo) -> Parking:
+        """A download failed: the domain's breaker hears of it, then the request is parked."""
+        self.breaker.downloaded(request, failure)
+        return self.park(request, failure)
+
+    def download_succeeded(self, request: Request) -> None:
+        """A download the site answered: the breaker hears of it; a re-injected task is done."""
+        self.breaker.downloaded(request, None)
+        self.ack(request)
+
+    def defer(self, request: Request) -> Parking | None:
+        """Park a fresh request whose domain cools down (kind ``deferred``, no budget used).
+
+        None when its domain is open, or when it cannot be stored: it goes now.
+        """
+        until = self.breaker.cooling_until(request)
+        if until is None or ref_of(request) is not None:
+            return None  # open, or re-injected: its claim let it through
+        plan = self.planner.plan_deferred(request, until)
+        if not plan.decision.retry:
+            return None
+        parking = self._carry_out(plan)
+        parking.outcome.addCallback(self._count_deferred)
+        return parking
+
+    def _count_deferred(self, outcome: Outcome) -> Outcome:
+        if outcome.request_parked:
+            self.reporter.count("retryqueue/domain/deferred")
+        return outcome
+
+    def _carry_out(self, plan: Plan) -> Parking:
+        self.reporter.notes(plan.notes)
+        # The write names the lease before the lease is marked used.
+        write = Write.for_task(plan.op, plan.task, plan.token, plan.now)
+        if plan.ref is not None:
+            settle(plan.ref)
+        if write.token is not None:
+            self.leases.drop(plan.task.id)
+        d = self.writes.submit(write)
+        d.addCallbacks(
+            lambda outcome: self.reporter.planned(plan, outcome),
+            lambda f: self.reporter.planned(plan, Outcome.ERROR, f.value),
+        )
+        decision = plan.decision
+        return Parking(decision.kind, decision.delay, plan.task.id, decision.retry, d)
+
+    # -- successes and hand-backs --------------------------------------------------------------
+
+    def ack(self, request: Request, *, ignored: bool = False) -> None:
+        """The re-injected request is done: it succeeded, or was dropped on purpose (*ignored*)."""
+        ref = live_ref(request)
+        if ref is None or self.writes.queue is None:
+            return
+        settle(ref)
+        task_id, now = ref["id"], now_ms()
+        self.leases.drop(task_id)
+        write = Write("ack", task_id, now, ref["token"], kind=ref["kind"], url=ref["url"])
+        how = "ignored" if ignored else "recovered"
+        self.writes.submit(write).addCallbacks(
+            lambda result: self.reporter.acked(request, ref, how, result, now),
+            lambda f: self.reporter.ack_failed(ref, f.value),
+        )
+
+    def release(self, request: Request) -> None:
+        """Hand a re-injected request's task back, due now (its download was cancelled)."""
+        ref = live_ref(request)
+        queue = self.writes.queue
+        if ref is None or queue is None or self.writes.down:
+            return  # not a task, or its lease simply expires
+        settle(ref)
+        self.leases.drop(ref["id"])
+        d = self.writes.call(queue.release, {ref["id"]: ref["token"]}, now=now_ms())
+        d.addCallbacks(
+            lambda count: self.reporter.count("retryqueue/released", count),
+            lambda f: logger.debug("release failed: %s", f.value),
+        )
+
+    # -- polling -----------------------------------------------------------------------------
+
+    def poll(self) -> defer.Deferred[Any] | None:
+        """One round trip: reap, renew, claim, read cooldowns; or replay the spool first.
+
+        Fires with a :class:`PollResult` (its claimed tasks are held; the
+        caller re-injects or releases them), or with a bool after a spool
+        replay (nothing is claimed until the spool is written, to keep writes
+        in order). None when there is nothing to do yet.
+        """
+        writes = self.writes
+        queue = writes.queue
+        if queue is None:
+            return None
+        if writes.down or writes.spooled:
+            return writes.recover()
+        d = writes.call_untracked(self.leases.poll_io(queue, self.breaker.domains))
+        d.addCallbacks(self._polled, self._poll_failed)
+        return d
+
+    def _polled(self, result: PollResult) -> PollResult:
+        reporter = self.reporter
+        if result.cooling is not None:
+            self.breaker.polled(result.cooling)
+        if result.reclaimed:
+            reporter.count("retryqueue/reclaimed", len(result.reclaimed))
+        if result.poisoned:
+            reason = f"lease expired more than {self.config.max_reclaims} times"
+            logger.error(
+                "scrapy-retryqueue: %d task(s) dead-lettered as poison (lease expired more than "
+                "RETRYQUEUE_MAX_RECLAIMS=%d times)",
+                len(result.poisoned),
+                self.config.max_reclaims,
+            )
+            reporter.dead_without_request("poison", result.poisoned, reason)
+        if result.lost:
+            self.leases.lost(result.lost)
+            reporter.count("retryqueue/lease_lost", len(result.lost))
+        for task_id, _ in result.claimed.tasks:
+            self.leases.hold(task_id, result.token)
+        return result
+
+    def _poll_failed(self, failure: Any) -> None:
+        if failure.check(*CONNECTION_ERRORS):
+            self.writes.mark_down(failure.value)
+            return
+        self.reporter.count("retryqueue/poll_error")
+        logger.error("scrapy-retryqueue: poll failed: %s", failure.value)
+
+    def claimed_request(self, task: Task, token: str, request: Request) -> Request:
+        """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
+        from ..defaults import META_TASK
+
+        request.meta[META_TASK] = task_ref(task, token)
+        self.reporter.count("retryqueue/reinjected")
+        return request
+
+    def dead_letter_malformed(self, task_id: str, raw: str, token: str, error: Exception) -> None:
+        """A claimed task that cannot be read: kept as it is, for a person to look at."""
+        writes = self.writes
+        assert writes.queue is not None
+        logger.error("scrapy-retryqueue: task %s is malformed (%s); dead-lettered", task_id, error)
+        self.leases.drop(task_id)
+        envelope = malformed_envelope(task_id, raw, str(error), self.config.node_id)
+        write = Write("deadletter", task_id, now_ms(), token, envelope=envelope, kind="malformed")
+
+        def written(outcome: Outcome) -> None:
+            if outcome is Outcome.DEAD:
+                self.reporter.dead_without_request("malformed", [task_id], str(error))
+
+        writes.submit(write).addCallbacks(
+            written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)
+        )

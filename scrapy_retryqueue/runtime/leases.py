@@ -1,0 +1,112 @@
+"""The tasks this node holds under lease, and the poll that claims, renews and reaps them.
+
+One poll is one worker call: return expired leases to due (or dead-letter a
+poison task), renew what this node holds, claim as many due tasks as it has
+room for, and read the cooling domains. Nothing due in the future is held in
+memory: only the ids and tokens of tasks this node is running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..defaults import PROBE_RECHECK_MS, REAP_BATCH
+from ..values import now_ms
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..config import Config
+    from ..domains import DomainCooldowns
+    from ..queue import Claimed, RedisDelayedQueue
+
+
+@dataclass(slots=True)
+class PollResult:
+    claimed: Claimed
+    reclaimed: list[str] = field(default_factory=list)
+    poisoned: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    #: The lease token of every task this poll claimed.
+    token: str = ""
+    #: Domains cooling down (domain -> end, ms); None when cooldowns are off.
+    cooling: dict[str, int] | None = None
+
+
+class Leases:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        #: Task id -> lease token, for the tasks this node runs now.
+        self.held: dict[str, str] = {}
+        self._prefix = f"{config.node_id}:{uuid.uuid4().hex[:12]}"
+        self._serial = itertools.count()
+        self._last_renew = 0.0
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def hold(self, task_id: str, token: str) -> None:
+        self.held[task_id] = token
+
+    def drop(self, task_id: str) -> None:
+        self.held.pop(task_id, None)
+
+    def take_all(self) -> dict[str, str]:
+        """Every lease held, forgotten here (the caller hands them back)."""
+        leases, self.held = self.held, {}
+        return leases
+
+    @property
+    def room(self) -> int:
+        return max(0, self.config.max_in_flight - len(self.held))
+
+    def new_token(self) -> str:
+        return f"{self._prefix}:{next(self._serial)}"
+
+    def poll_io(
+        self, queue: RedisDelayedQueue, domains: DomainCooldowns | None
+    ) -> Callable[[], PollResult]:
+        """The blocking part of one poll, as a function for the worker thread.
+
+        What to renew and how much room there is are read now, on the reactor
+        thread; Redis is called only by the returned function.
+        """
+        config = self.config
+        now = time.time()
+        leases: dict[str, str] = {}
+        if now - self._last_renew >= config.lease_time / 3:
+            leases = dict(self.held)
+            self._last_renew = now
+        room = self.room
+        token = self.new_token()
+        lease_ms = int(config.lease_time * 1000)
+        max_wait = config.deferral_max_wait
+        max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
+
+        def io() -> PollResult:
+            now_ = now_ms()
+            reclaimed, poisoned = queue.reap(
+                now=now_, limit=REAP_BATCH, max_reclaims=config.max_reclaims
+            )
+            lost = queue.renew(leases, lease_until=now_ + lease_ms)
+            claimed = queue.claim(
+                now=now_,
+                limit=room,
+                lease_until=now_ + lease_ms,
+                token=token,
+                cooldowns=domains is not None,
+                recheck_ms=PROBE_RECHECK_MS,
+                deferral_max_wait_ms=max_wait_ms,
+            )
+            cooling = domains.cooling() if domains is not None else None
+            return PollResult(claimed, reclaimed, poisoned, lost, token, cooling)
+
+        return io
+
+    def lost(self, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            self.held.pop(task_id, None)

@@ -1,0 +1,278 @@
+"""What to do with one failed attempt: request + failure + config -> a Plan (no I/O).
+
+The planner asks the policy table (with the request's meta overrides), gives a
+403 / 404 from a cooling domain its one probe, lets the retry hook keep,
+replace or veto a retry, and builds the task envelope to write. It counts and
+logs nothing itself: what a person should hear of is returned as ``notes``,
+which the reporter turns into stats and log lines.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.httpobj import urlparse_cached
+
+from .. import defaults
+from ..classify import FailureInfo
+from ..envelope import Task, request_to_json
+from ..exceptions import ConfigError, EnvelopeError
+from ..policy import Decision
+from ..values import now_ms
+from .taskref import TaskRef, ref_of
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+    from ..config import Config
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something the planner met that a person should hear of: a stat, maybe an error line."""
+
+    stat: str
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    """A decision about one failure, and the task to write for it."""
+
+    decision: Decision
+    failure: FailureInfo
+    task: Task
+    ref: TaskRef | None
+    now: int
+    #: The request to retry: the failed one, or the retry hook's replacement.
+    request: Request
+    notes: list[Note] = field(default_factory=list)
+
+    @property
+    def token(self) -> str | None:
+        """The lease this plan's write settles, None for a failure that starts a task."""
+        return None if self.ref is None or self.ref["settled"] else self.ref["token"]
+
+    @property
+    def op(self) -> str:
+        """The queue write that carries the plan out."""
+        if not self.decision.retry:
+            return "deadletter"
+        return "reschedule" if self.token is not None else "schedule"
+
+
+class Planner:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        fingerprint: Callable[[Request], str],
+        retry_hook: Callable[..., Any] | None,
+        cooling: Mapping[str, int],
+        rand: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.fingerprint = fingerprint
+        self.retry_hook = retry_hook
+        #: Domains cooling down (domain -> end, ms), kept current by the breaker.
+        self.cooling = cooling
+        self.rand = rand or random.Random()
+        #: Set when the spider opens: names callbacks in envelopes.
+        self.spider: Spider | None = None
+
+    def plan(
+        self,
+        request: Request,
+        failure: FailureInfo,
+        *,
+        decision: Decision | None = None,
+        task_id: str | None = None,
+    ) -> Plan:
+        """Decide what to do with a failed attempt of *request*.
+
+        *decision*, when given, is taken as it is (a ``deferred`` request):
+        neither the policy nor the retry hook is asked. *task_id* names a new
+        task other than the request's fingerprint (an item replay).
+        """
+        now = now_ms()
+        notes: list[Note] = []
+        ref = ref_of(request)
+        if ref is not None and ref["settled"] and ref["id"] != self.fingerprint(request):
+            # A new request that copied a re-injected one's meta
+            # (meta=response.meta): it is not that task.
+            ref = None
+        attempts = {k: int(v) for k, v in ref["attempts"].items()} if ref else {}
+        if ref is not None and not ref["settled"]:
+            task_id = ref["id"]  # a failure of the task itself
+        elif task_id is None:
+            task_id = ref["id"] if ref else self.fingerprint(request)
+        if decision is not None:
+            if decision.retry:
+                decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
+        else:
+            decision = self._decide(request, failure, attempts, notes)
+            if not decision.retry:
+                decision = self._probe_permanent(request, failure, attempts, decision, notes)
+            if decision.retry and self.retry_hook is not None:
+                # The task keeps the failed request's id, whatever the hook returns.
+                request, decision = self._run_hook(request, decision, notes)
+        error = failure.as_dict()
+        try:
+            request_json = request_to_json(request, self.spider)
+        except EnvelopeError as exc:
+            request_json = {"url": request.url, "method": request.method}
+            if decision.retry:
+                # It cannot be parked, so this failure is its last one.
+                error = {"kind": "unserializable", "type": "EnvelopeError", "message": str(exc)}
+                decision = Decision(
+                    "unserializable", False, 0.0, attempts.get(failure.kind, 0), str(exc)
+                )
+        if ref is None and self.config.priority_adjust:
+            # Adjusted once, when the task is created; the envelope keeps it.
+            request_json["priority"] = request.priority + self.config.priority_adjust
+        if decision.retry:
+            attempts[decision.kind] = decision.attempt
+            error["delay"] = round(decision.delay, 3)
+        task = Task(
+            id=task_id,
+            spider=self.spider.name if self.spider else "",
+            request=request_json,
+            attempts=attempts,
+            kind=decision.kind,
+            first_error=(ref["first_error"] if ref else None) or error,
+            last_error=error,
+            node=self.config.node_id,
+            created=ref["created"] if ref else now,
+            updated=now,
+            due=now + int(decision.delay * 1000),
+            dead_kind=None if decision.retry else decision.kind,
+        )
+        return Plan(decision, failure, task, ref, now, request, notes)
+
+    def plan_deferred(self, request: Request, until: int) -> Plan:
+        """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""
+        domain = urlparse_cached(request).hostname or ""
+        now = now_ms()
+        # Half-open (the end has passed): look again once the probe had a moment.
+        wait_ms = until - now if until > now else defaults.PROBE_RECHECK_MS
+        wait_ms += int(self.rand.random() * min(1000, max(wait_ms // 10, 1)))
+        failure = FailureInfo("deferred", "DomainCooldown", f"{domain} cools down")
+        decision = Decision("deferred", True, wait_ms / 1000, 0, f"deferred: {domain} cools down")
+        return self.plan(request, failure, decision=decision)
+
+    def _meta_overrides(self, request: Request, notes: list[Note]) -> tuple[Any, int | None]:
+        meta_policy = request.meta.get(defaults.META_POLICY)
+        max_retries = request.meta.get(defaults.META_MAX_RETRIES)
+        table = self.config.policy_table
+        try:
+            if meta_policy is not None:
+                table.check_meta_policy(meta_policy)
+            if max_retries is not None and (
+                isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+            ):
+                raise ConfigError(
+                    f"meta['{defaults.META_MAX_RETRIES}'] must be a whole number >= 0, "
+                    f"got {max_retries!r}"
+                )
+        except ConfigError as exc:
+            # A bad meta value must not lose the request: fall back to settings.
+            notes.append(
+                Note("retryqueue/meta_error", f"{exc} (using the settings' policy instead)")
+            )
+            return None, None
+        return meta_policy, max_retries
+
+    def _decide(
+        self,
+        request: Request,
+        failure: FailureInfo,
+        attempts: dict[str, int],
+        notes: list[Note],
+    ) -> Decision:
+        meta_policy, max_retries = self._meta_overrides(request, notes)
+        domain = urlparse_cached(request).hostname
+        table = self.config.policy_table
+        try:
+            return table.decide(
+                failure,
+                attempts,
+                domain=domain,
+                meta_policy=meta_policy,
+                meta_max_retries=max_retries,
+                rand=self.rand.random,
+            )
+        except ConfigError as exc:
+            # Valid against the project's policy, not against the domain's one.
+            notes.append(
+                Note("retryqueue/meta_error", f"{exc} (using the settings' policy instead)")
+            )
+            return table.decide(failure, attempts, domain=domain, rand=self.rand.random)
+
+    def _probe_permanent(
+        self,
+        request: Request,
+        failure: FailureInfo,
+        attempts: dict[str, int],
+        decision: Decision,
+        notes: list[Note],
+    ) -> Decision:
+        """A 403 / 404 while its domain cools down may be the site's overload:
+        one retry after the cooldown (RETRYQUEUE_COOLDOWN_PROBE_PERMANENT)."""
+        if (
+            not self.cooling
+            or not self.config.cooldown_probe_permanent
+            or failure.kind not in defaults.PROBED_PERMANENT_KINDS
+            or attempts.get(failure.kind, 0) > 0
+        ):
+            return decision
+        domain = urlparse_cached(request).hostname or ""
+        until = self.cooling.get(domain)
+        if until is None:
+            return decision
+        wait_ms = max(until - now_ms(), 0) + defaults.PROBE_RECHECK_MS
+        notes.append(Note("retryqueue/domain/permanent_probes"))
+        return Decision(
+            failure.kind,
+            True,
+            wait_ms / 1000,
+            1,
+            f"{failure.kind} while {domain} cools down: one more try after the cooldown",
+        )
+
+    def _run_hook(
+        self, request: Request, decision: Decision, notes: list[Note]
+    ) -> tuple[Request, Decision]:
+        """Ask RETRYQUEUE_RETRY_HOOK about a retry: keep, replace or veto it."""
+        from scrapy import Request as ScrapyRequest
+
+        assert self.retry_hook is not None
+        try:
+            result = self.retry_hook(request, decision)
+            if result is not None and result is not False and not isinstance(result, ScrapyRequest):
+                raise TypeError(f"it returned {result!r}; expected None, False or a scrapy.Request")
+        except Exception as exc:
+            # A broken hook must not lose the request: the retry goes ahead as decided.
+            notes.append(
+                Note(
+                    "retryqueue/hook/error",
+                    f"RETRYQUEUE_RETRY_HOOK failed for {request.url} "
+                    f"({type(exc).__name__}: {exc}); retrying it unchanged",
+                )
+            )
+            return request, decision
+        if result is None:
+            return request, decision
+        if result is False:
+            notes.append(Note("retryqueue/hook/vetoed"))
+            return request, Decision(
+                "vetoed",
+                False,
+                0.0,
+                decision.attempt - 1,
+                f"{decision.kind}: retry vetoed by RETRYQUEUE_RETRY_HOOK",
+            )
+        notes.append(Note("retryqueue/hook/replaced"))
+        return result, decision

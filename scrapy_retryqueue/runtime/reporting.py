@@ -1,0 +1,249 @@
+"""What the crawl tells people about its retries: stats, log lines, the audit log, signals.
+
+The one place that knows what a parked retry, a recovery and a dead letter
+mean for each of those surfaces; everything else reports through it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .. import signals as rq_signals
+from ..audit import AuditLog
+from ..defaults import PERMANENT_KINDS
+from ..values import now_ms
+from .outcome import Outcome
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from ..config import Config
+    from ..domains import DomainChange
+    from .planner import Note, Plan
+    from .taskref import TaskRef
+
+logger = logging.getLogger(__name__)
+
+#: Dead letters logged at INFO: the site said so, or the project's hook did.
+_QUIET_DEAD_KINDS = frozenset((*PERMANENT_KINDS, "vetoed"))
+
+
+class Reporter:
+    def __init__(self, crawler: Crawler, config: Config) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.config = config
+        self.spider: Any = None
+        self.audit: AuditLog | None = None
+        if config.audit_log:
+            self.audit = AuditLog(
+                config.audit_log,
+                rotation=config.audit_rotation,
+                retention=config.audit_retention,
+            )
+        self._errors_logged: set[str] = set()
+
+    def open(self, spider: Any) -> None:
+        self.spider = spider
+        if self.audit is not None:
+            self.audit.open()
+
+    def close(self) -> None:
+        if self.audit is not None:
+            self.audit.close()
+
+    def count(self, stat: str, value: int = 1) -> None:
+        self.stats.inc_value(stat, value)
+
+    def send(self, signal: object, **kwargs: Any) -> None:
+        """Send one of :mod:`scrapy_retryqueue.signals` (handler errors are logged)."""
+        self.crawler.signals.send_catch_log(signal=signal, spider=self.spider, **kwargs)
+
+    # -- failures ----------------------------------------------------------------
+
+    def notes(self, notes: Iterable[Note]) -> None:
+        """The planner's notes: a stat each, an error line once per distinct message."""
+        for note in notes:
+            self.count(note.stat)
+            if note.error is not None and note.error not in self._errors_logged:
+                if note.stat == "retryqueue/meta_error":
+                    # The same bad meta value on every request: say it once.
+                    self._errors_logged.add(note.error)
+                logger.error("scrapy-retryqueue: %s", note.error)
+
+    def planned(self, plan: Plan, outcome: Outcome, error: BaseException | None = None) -> Outcome:
+        """A plan's write came back: count, log, audit and signal what it did."""
+        decision, task = plan.decision, plan.task
+        self.count(f"retryqueue/reason_count/{plan.failure.kind}")
+        url = task.url
+        if outcome is Outcome.PARKED:
+            self._scheduled(decision.kind)
+            logger.debug(
+                "scrapy-retryqueue: parked %s (%s), due in %.1fs",
+                url,
+                decision.reason,
+                decision.delay,
+            )
+        elif outcome is Outcome.DEAD:
+            self._dead(decision.kind)
+            logger.log(
+                self._dead_level(decision.kind),
+                "scrapy-retryqueue: dead letter %s (%s)",
+                url,
+                decision.reason,
+            )
+        elif outcome is Outcome.SPOOLED:
+            logger.debug("scrapy-retryqueue: %s spooled while Redis is down", url)
+        elif outcome in (Outcome.DUPLICATE, Outcome.STALE):
+            self.count(f"retryqueue/{outcome}")
+            logger.debug("scrapy-retryqueue: %s not written (%s task)", url, outcome)
+        else:
+            self.count("retryqueue/write_error")
+            logger.error(
+                "scrapy-retryqueue: could not write the %s of %s to Redis: %s",
+                "retry" if decision.retry else "dead letter",
+                url,
+                error,
+            )
+        self._audit(
+            "scheduled" if outcome is Outcome.PARKED else str(outcome),
+            task=task.id,
+            url=url,
+            kind=decision.kind,
+            attempt=decision.attempt,
+            delay=round(decision.delay, 3),
+            node=self.config.node_id,
+            reason=decision.reason,
+            ts=plan.now,
+        )
+        if outcome in (Outcome.PARKED, Outcome.DEAD, Outcome.SPOOLED):
+            if decision.retry:
+                self.send(
+                    rq_signals.retryqueue_scheduled,
+                    request=plan.request,
+                    task_id=task.id,
+                    decision=decision,
+                    outcome=str(outcome),
+                )
+            else:
+                self.send(
+                    rq_signals.retryqueue_dead,
+                    request=plan.request,
+                    task_id=task.id,
+                    kind=decision.kind,
+                    reason=decision.reason,
+                    decision=decision,
+                    outcome=str(outcome),
+                )
+        return outcome
+
+    def dead_without_request(self, kind: str, task_ids: list[str], reason: str) -> None:
+        """Tasks a poll dead-lettered (poison, malformed): no request to show."""
+        if not task_ids:
+            return
+        self._dead(kind, len(task_ids))
+        for task_id in task_ids:
+            self.send(
+                rq_signals.retryqueue_dead,
+                request=None,
+                task_id=task_id,
+                kind=kind,
+                reason=reason,
+                decision=None,
+                outcome=str(Outcome.DEAD),
+            )
+
+    def replayed(self, outcomes: Iterable[tuple[str, Outcome]]) -> None:
+        """Spooled writes reached Redis: counted now, like writes that never waited."""
+        for kind, outcome in outcomes:
+            if outcome is Outcome.PARKED:
+                self._scheduled(kind)
+            elif outcome is Outcome.DEAD:
+                self._dead(kind)
+            elif outcome is Outcome.ACKED:
+                self.count("retryqueue/recovered")
+            else:
+                self.count(f"retryqueue/{outcome}")
+
+    # -- successes -----------------------------------------------------------------
+
+    def acked(self, request: Request, ref: TaskRef, how: str, result: Outcome, now: int) -> None:
+        """A task's ack came back; *how* is ``recovered`` or ``ignored`` (dropped on purpose)."""
+        if how == "recovered" and result in (Outcome.ACKED, Outcome.SPOOLED):
+            self.send(
+                rq_signals.retryqueue_recovered,
+                request=request,
+                task_id=ref["id"],
+                kind=ref["kind"],
+                attempts=dict(ref.get("attempts") or {}),
+                outcome=str(result),
+            )
+        if result is Outcome.SPOOLED:
+            return
+        if result is not Outcome.ACKED:
+            self.count("retryqueue/stale")
+            return
+        self.count(f"retryqueue/{how}")
+        self._audit(
+            how, task=ref["id"], url=ref["url"], kind=ref["kind"], node=self.config.node_id, ts=now
+        )
+
+    def ack_failed(self, ref: TaskRef, error: BaseException) -> None:
+        self.count("retryqueue/write_error")
+        logger.error(
+            "scrapy-retryqueue: could not ack %s (%s); its lease expires and it runs again",
+            ref["url"],
+            error,
+        )
+
+    # -- domains -------------------------------------------------------------------
+
+    def domain_changed(self, change: DomainChange) -> None:
+        if change.state == "open":
+            self.count("retryqueue/domain/reopened")
+            logger.info("scrapy-retryqueue: domain %s reopened (probe succeeded)", change.domain)
+            reason = "probe succeeded"
+        else:
+            if change.previous == "open":
+                self.count("retryqueue/domain/cooldowns")
+            else:
+                self.count("retryqueue/domain/extended")
+            logger.warning(
+                "scrapy-retryqueue: domain %s cools down for %.1fs (level %d, was %s)",
+                change.domain,
+                max(0, change.until - now_ms()) / 1000,
+                change.level,
+                change.previous,
+            )
+            reason = "cooldown"
+        self.send(
+            rq_signals.retryqueue_domain_state,
+            domain=change.domain,
+            state=change.state,
+            previous=change.previous,
+            until=change.until,
+            level=change.level,
+            reason=reason,
+        )
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _scheduled(self, kind: str, count: int = 1) -> None:
+        self.count("retryqueue/scheduled", count)
+        self.count(f"retryqueue/scheduled/{kind}", count)
+
+    def _dead(self, kind: str, count: int = 1) -> None:
+        self.count("retryqueue/dead", count)
+        self.count(f"retryqueue/dead/{kind}", count)
+
+    def _dead_level(self, kind: str) -> int:
+        if kind == "forbidden":
+            return self.config.forbidden_log_level
+        return logging.INFO if kind in _QUIET_DEAD_KINDS else logging.ERROR
+
+    def _audit(self, event: str, **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.write(event, **fields)

@@ -1,0 +1,59 @@
+"""Task references in request meta: which task a re-injected request is, and its lease.
+
+Plain JSON on purpose: a shared frontier (scrapy-redis) may serialize the
+request, and another node may run it; its ack then still names the lease.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..defaults import META_TASK
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from ..envelope import Task
+
+#: The meta value under META_TASK.
+TaskRef = dict[str, Any]
+
+
+def task_ref(task: Task, token: str) -> TaskRef:
+    """The reference a claimed task's request carries while this lease holds it."""
+    return {
+        "id": task.id,
+        "token": token,
+        "kind": task.kind,
+        "attempts": dict(task.attempts),
+        "first_error": task.first_error,
+        "created": task.created,
+        "due": task.due,
+        "url": task.url,
+        # True once acked, rescheduled or dead-lettered: a later failure of the
+        # same response (its callback, an item) starts a new task.
+        "settled": False,
+    }
+
+
+def ref_of(request: Request) -> TaskRef | None:
+    """The request's task reference, None for a request that is no task's attempt."""
+    ref = request.meta.get(META_TASK)
+    if (
+        isinstance(ref, dict)
+        and isinstance(ref.get("id"), str)
+        and isinstance(ref.get("token"), str)
+    ):
+        return ref
+    return None
+
+
+def live_ref(request: Request) -> TaskRef | None:
+    """The task reference while its lease is still to be settled, else None."""
+    ref = ref_of(request)
+    return None if ref is None or ref["settled"] else ref
+
+
+def settle(ref: TaskRef) -> None:
+    """Mark the lease used: the first write that names it (ack, reschedule, dead) wins."""
+    ref["settled"] = True

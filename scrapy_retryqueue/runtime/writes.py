@@ -1,0 +1,336 @@
+"""The write path to Redis: one worker thread, batched writes, and the spool during outages.
+
+Every Redis call of a crawler runs on one worker thread, in submission order.
+Order matters: a task's ack must reach Redis before a new failure of the same
+request is scheduled, and one thread guarantees that without locks. While a
+batch is on the thread, new writes gather and go together in the next one.
+While Redis does not answer, writes wait in the local spool and are replayed,
+in order, once it answers again; nothing is claimed meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+from twisted.internet import defer, threads
+from twisted.python.threadpool import ThreadPool
+
+from ..config import redact_url
+from ..connection import client_for, embedded_dir
+from ..exceptions import RetryQueueError
+from ..queue import RedisDelayedQueue, Write
+from ..spool import Spool, SpoolFull
+from .outcome import WRITE_OUTCOMES, Outcome
+
+if TYPE_CHECKING:
+    from twisted.python.failure import Failure
+
+    from ..config import Config
+    from .reporting import Reporter
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: What an outage looks like from redis-py (BusyLoadingError: a restarted
+#: server still loading its append-only file).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    ConnectionError,
+)
+REPLAY_BATCH = 500
+RECONNECT_MIN_DELAY = 0.5
+RECONNECT_MAX_DELAY = 30.0
+
+
+class RedisDown(RetryQueueError, redis.ConnectionError):
+    """Raised instead of trying Redis while it is known to be unreachable."""
+
+
+class WritePath:
+    def __init__(self, config: Config, reporter: Reporter) -> None:
+        self.config = config
+        self.reporter = reporter
+        self.queue: RedisDelayedQueue | None = None
+        self.redis_url: str | None = None
+        self.spool: Spool | None = None
+        self._pool: ThreadPool | None = None
+        self._pending: set[defer.Deferred[Any]] = set()
+        self._buffer: list[tuple[Write, defer.Deferred[Outcome]]] = []
+        self._flushing = False
+        #: Writes submitted so far: queue counts read before the latest write are stale.
+        self.writes = 0
+        #: True while Redis does not answer: writes go to the spool.
+        self.down = False
+        self._down_since = 0.0
+        self._reconnect_delay = RECONNECT_MIN_DELAY
+        self._next_probe = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self, spider_name: str) -> RedisDelayedQueue:
+        """Start the worker, connect (or start the embedded server), adopt a left spool."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        config = self.config
+        self._pool = ThreadPool(minthreads=1, maxthreads=1, name="retryqueue")
+        self._pool.start()
+        directory = embedded_dir(config.embedded_dir)
+        self.spool = Spool(
+            directory,
+            spider_name,
+            config.node_id,
+            memory_limit=config.spool_memory,
+            limit=config.spool_max,
+        )
+        client, url = await maybe_deferred_to_future(
+            self.call(
+                client_for,
+                config.redis_url,
+                embedded_directory=directory,
+                cluster=config.redis_cluster,
+            )
+        )
+        self.redis_url = url
+        self.queue = RedisDelayedQueue(
+            client, spider_name, node_id=config.node_id, events_maxlen=config.events_maxlen
+        )
+        adopted = self.spool.open()
+        if adopted:
+            self.spool.put_back(adopted)
+            logger.warning(
+                "scrapy-retryqueue: %d write(s) spooled by an earlier crawl of %r will be replayed",
+                len(adopted),
+                spider_name,
+            )
+        try:
+            await maybe_deferred_to_future(self.call(client.ping))
+        except CONNECTION_ERRORS as exc:
+            # The crawl goes on; failures wait in the spool until Redis answers.
+            self.mark_down(exc)
+        logger.info(
+            "scrapy-retryqueue: node %s, queue %s at %s",
+            config.node_id,
+            self.queue.keys.due.rsplit(":", 1)[0],
+            redact_url(url),
+        )
+        return self.queue
+
+    async def flush_for_close(self) -> None:
+        """Wait for every write, and try the spool once more before the crawl ends."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        await self.drain()
+        if self.queue is not None and self.spooled:
+            self._next_probe = 0.0
+            replay = self.recover()
+            if replay is not None:
+                await maybe_deferred_to_future(replay)
+
+    async def shutdown(self) -> None:
+        """Keep what Redis did not take in the spool file, close the client, stop the worker."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        waiting = self.spool.close() if self.spool is not None else 0
+        if waiting:
+            logger.error(
+                "scrapy-retryqueue: Redis still does not answer; %d write(s) wait in %s "
+                "and the next crawl of this spider replays them",
+                waiting,
+                self.spool.path if self.spool is not None else "",
+            )
+        if self.queue is not None:
+            await maybe_deferred_to_future(self.call(self.queue.client.close))
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool = None
+
+    async def drain(self) -> None:
+        """Wait until every Redis call submitted so far has finished."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        while self._pending:
+            await maybe_deferred_to_future(
+                defer.DeferredList(list(self._pending), consumeErrors=True)
+            )
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    @property
+    def spooled(self) -> int:
+        return len(self.spool) if self.spool is not None else 0
+
+    # -- calls on the worker ---------------------------------------------------------
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> defer.Deferred[T]:
+        """Run a blocking write on the worker thread, in submission order.
+
+        The spider stays open while such calls are pending (see :attr:`busy`).
+        """
+        d = self.call_untracked(fn, *args, **kwargs)
+        self._track(d)
+        return d
+
+    def call_untracked(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> defer.Deferred[T]:
+        """Like :meth:`call`, for reads and polls that need not hold the spider open."""
+        from twisted.internet import reactor
+
+        if self._pool is None:
+            return defer.fail(RuntimeError("scrapy-retryqueue is not open"))
+        return threads.deferToThreadPool(reactor, self._pool, fn, *args, **kwargs)
+
+    def _track(self, d: defer.Deferred[Any]) -> None:
+        self.writes += 1
+        self._pending.add(d)
+        d.addBoth(self._forget_pending, d)
+
+    def _forget_pending(self, result: Any, d: defer.Deferred[Any]) -> Any:
+        self._pending.discard(d)
+        return result
+
+    # -- batched writes ------------------------------------------------------------------
+
+    def submit(self, write: Write) -> defer.Deferred[Outcome]:
+        """Queue one write; it goes to Redis with whatever else is waiting.
+
+        Fires with the write's Outcome (SPOOLED while Redis is unreachable).
+        Under load, one round trip carries many writes; when quiet, a write
+        goes alone at once. Order is kept across and within batches.
+        """
+        d: defer.Deferred[Outcome] = defer.Deferred()
+        self._buffer.append((write, d))
+        self._track(d)
+        if not self._flushing:
+            self._flush()
+        d.addErrback(self._spool_if_down, write)
+        return d
+
+    def _flush(self) -> None:
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        self._flushing = True
+        writes = [write for write, _ in batch]
+        done = self.call_untracked(self._apply_batch, writes)
+
+        def delivered(outcomes: list[Outcome]) -> None:
+            for (_, d), outcome in zip(batch, outcomes, strict=True):
+                d.callback(outcome)
+
+        def failed(failure: Failure) -> None:
+            for _, d in batch:
+                d.errback(failure)
+
+        def next_batch(_: Any) -> None:
+            self._flushing = False
+            if self._buffer:
+                self._flush()
+
+        done.addCallbacks(delivered, failed)
+        done.addBoth(next_batch)
+
+    def _apply_batch(self, writes: list[Write]) -> list[Outcome]:
+        """Apply writes on the worker thread (raises while Redis is down)."""
+        if self.down:
+            raise RedisDown("Redis is unreachable")
+        return self._apply(writes)
+
+    def _apply(self, writes: list[Write]) -> list[Outcome]:
+        queue = self.queue
+        if queue is None:
+            raise RuntimeError("scrapy-retryqueue is not open")
+        return [
+            WRITE_OUTCOMES[write.op][applied] if applied or write.token else Outcome.DUPLICATE
+            for write, applied in zip(writes, queue.apply(writes), strict=True)
+        ]
+
+    def _spool_if_down(self, failure: Failure, write: Write) -> Outcome | Failure:
+        if not failure.check(*CONNECTION_ERRORS) or self.spool is None:
+            return failure  # not an outage: the caller reports it
+        if not failure.check(RedisDown):
+            # A real error from Redis; RedisDown only echoes an outage already
+            # known (and perhaps just over: the spool is replayed on next poll).
+            self.mark_down(failure.value)
+        try:
+            self.spool.add(write)
+        except SpoolFull as exc:
+            self.reporter.count("retryqueue/spool_full")
+            raise exc from None
+        self.reporter.count("retryqueue/spooled")
+        return Outcome.SPOOLED
+
+    # -- outages ------------------------------------------------------------------------
+
+    def mark_down(self, error: BaseException) -> None:
+        if self.down:
+            return
+        self.down = True
+        self._down_since = time.monotonic()
+        self._reconnect_delay = RECONNECT_MIN_DELAY
+        self._next_probe = time.monotonic() + self._reconnect_delay
+        self.reporter.count("retryqueue/redis_down")
+        logger.error(
+            "scrapy-retryqueue: Redis is unreachable (%s); failures wait in the local spool "
+            "(%s) and are written when it answers again",
+            error,
+            self.spool.path if self.spool is not None else "-",
+        )
+
+    def recover(self) -> defer.Deferred[bool] | None:
+        """While down, probe Redis with backoff; when it answers, replay the spool.
+
+        Returns None when no probe is due yet, else a Deferred firing True once
+        the spool has been replayed (False: still down).
+        """
+        if not self.down and not self.spooled:
+            return None
+        if self.down and time.monotonic() < self._next_probe:
+            return None
+        d = self.call_untracked(self._replay_spool)
+        d.addCallbacks(self._recovered, self._still_down)
+        return d
+
+    def _replay_spool(self) -> list[tuple[Write, Outcome]]:
+        queue, spool = self.queue, self.spool
+        assert queue is not None and spool is not None
+        queue.client.ping()
+        writes = spool.take()
+        outcomes: list[tuple[Write, Outcome]] = []
+        for start in range(0, len(writes), REPLAY_BATCH):
+            chunk = writes[start : start + REPLAY_BATCH]
+            try:
+                outcomes += zip(chunk, self._apply(chunk), strict=True)
+            except CONNECTION_ERRORS:
+                spool.put_back(writes[start:])
+                raise
+            except Exception as exc:  # Redis refuses these for good: keep going
+                logger.error("scrapy-retryqueue: %d spooled write(s) failed: %s", len(chunk), exc)
+        return outcomes
+
+    def _recovered(self, outcomes: list[tuple[Write, Outcome]]) -> bool:
+        was_down = self.down
+        self.down = False
+        self.reporter.count("retryqueue/spool_replayed", len(outcomes))
+        self.reporter.replayed((write.kind, outcome) for write, outcome in outcomes)
+        if was_down:
+            logger.warning(
+                "scrapy-retryqueue: Redis answers again after %.0fs; %d spooled write(s) replayed",
+                time.monotonic() - self._down_since,
+                len(outcomes),
+            )
+        return True
+
+    def _still_down(self, failure: Failure) -> bool:
+        if not failure.check(*CONNECTION_ERRORS):
+            logger.error("scrapy-retryqueue: replaying the spool failed: %s", failure.value)
+        self.mark_down(failure.value)
+        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_DELAY)
+        self._next_probe = time.monotonic() + self._reconnect_delay
+        return False
