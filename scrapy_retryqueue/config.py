@@ -63,6 +63,12 @@ class Config:
     #: Seconds; None: no limit.
     deferral_max_wait: float | None = None
     item_replay: bool = False
+    #: Scrapy's RETRY_TIMES when the project set it: a cap on all retries of a
+    #: request, over every kind; None: only the per-kind budgets apply.
+    retry_times: int | None = None
+    #: Scrapy's RETRY_GIVE_UP_LOG_LEVEL when the project set it: the level of a
+    #: retryable failure's dead letter; None: the queue's own levels.
+    give_up_log_level: int | None = None
 
 
 def raw_setting(settings: Any, name: str) -> Any:

@@ -253,3 +253,7 @@ BURST_KINDS = ("timeout", "connection", "server_error")
 PROBED_PERMANENT_KINDS = ("forbidden", "not_found")
 #: Expired leases one poll returns to due, at most.
 REAP_BATCH = 500
+#: Scrapy's own meta keys of RetryMiddleware that the queue honours (docs/coming-from-retry.md).
+SCRAPY_META_MAX_RETRY_TIMES = "max_retry_times"
+SCRAPY_META_RETRY_TIMES = "retry_times"
+SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"

@@ -1,8 +1,9 @@
 """Spider middleware: an exception raised by a callback becomes a parse failure.
 
 A parse failure that will be retried is swallowed (the callback runs again on
-the re-fetched page later); one that is given up propagates, so Scrapy logs it
-as usual. ``PermanentFailure`` is dead-lettered at once with kind ``rule``.
+the re-fetched page later), but still counted in ``spider_exceptions/*`` and
+logged once per request with its traceback; one that is given up propagates,
+so Scrapy logs it as usual. ``PermanentFailure`` is dead-lettered at once with kind ``rule``.
 """
 
 from __future__ import annotations
@@ -42,4 +43,9 @@ class RetryQueueSpiderMiddleware:
             return None
         kind = "rule" if isinstance(exception, PermanentFailure) else "parse"
         parking = self.runtime.park(request, failure_for_kind(kind, exception))
-        return [] if parking.retry else None
+        if not parking.retry:
+            return None  # given up: Scrapy logs it, with its traceback, and counts it
+        self.runtime.reporter.callback_error(
+            exception, response, first=parking.attempt == 1, due_in=parking.delay
+        )
+        return []

@@ -33,7 +33,7 @@ from ..values import now_ms
 from .breaker import DomainBreaker
 from .leases import Leases, PollResult
 from .outcome import Outcome
-from .planner import Plan, Planner
+from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
 from .taskref import live_ref, ref_of, settle, task_ref
 from .writes import CONNECTION_ERRORS, WritePath
@@ -69,6 +69,8 @@ class Parking:
     task_id: str
     #: The decision: retry later (True) or dead letter (False).
     retry: bool
+    #: Retries of this kind so far, this one included when retried.
+    attempt: int
     outcome: defer.Deferred[Outcome]
 
     def parked(self) -> RequestParked:
@@ -246,7 +248,9 @@ class RetryQueueRuntime:
             lambda f: self.reporter.planned(plan, Outcome.ERROR, f.value),
         )
         decision = plan.decision
-        return Parking(decision.kind, decision.delay, plan.task.id, decision.retry, d)
+        return Parking(
+            decision.kind, decision.delay, plan.task.id, decision.retry, decision.attempt, d
+        )
 
     # -- successes and hand-backs --------------------------------------------------------------
 
@@ -330,9 +334,11 @@ class RetryQueueRuntime:
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
-        from ..defaults import META_TASK
+        from ..defaults import META_TASK, SCRAPY_META_RETRY_TIMES
 
         request.meta[META_TASK] = task_ref(task, token)
+        # Scrapy's count, so a callback's get_retry_request() goes on from it.
+        request.meta[SCRAPY_META_RETRY_TIMES] = retries_so_far(task.attempts, request.meta)
         self.reporter.count("retryqueue/reinjected")
         return request
 

@@ -50,6 +50,9 @@ class Plan:
     #: The request to retry: the failed one, or the retry hook's replacement.
     request: Request
     notes: list[Note] = field(default_factory=list)
+    #: Given up because its retries ran out (Scrapy's ``retry/max_reached``),
+    #: not because the kind is never retried.
+    exhausted: bool = False
 
     @property
     def token(self) -> str | None:
@@ -109,13 +112,21 @@ class Planner:
             task_id = ref["id"]  # a failure of the task itself
         elif task_id is None:
             task_id = ref["id"] if ref else self.fingerprint(request)
+        exhausted = False
         if decision is not None:
             if decision.retry:
                 decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
         else:
             decision = self._decide(request, failure, attempts, notes)
+            exhausted = (
+                not decision.retry
+                and decision.attempt > 0
+                and decision.kind not in defaults.PERMANENT_KINDS
+            )
             if not decision.retry:
                 decision = self._probe_permanent(request, failure, attempts, decision, notes)
+            if decision.retry:
+                decision, exhausted = self._total_cap(request, attempts, decision, notes)
             if decision.retry and self.retry_hook is not None:
                 # The task keeps the failed request's id, whatever the hook returns.
                 request, decision = self._run_hook(request, decision, notes)
@@ -150,7 +161,7 @@ class Planner:
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
         )
-        return Plan(decision, failure, task, ref, now, request, notes)
+        return Plan(decision, failure, task, ref, now, request, notes, exhausted)
 
     def plan_deferred(self, request: Request, until: int) -> Plan:
         """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""
@@ -210,6 +221,44 @@ class Planner:
                 Note("retryqueue/meta_error", f"{exc} (using the settings' policy instead)")
             )
             return table.decide(failure, attempts, domain=domain, rand=self.rand.random)
+
+    def _total_cap(
+        self, request: Request, attempts: dict[str, int], decision: Decision, notes: list[Note]
+    ) -> tuple[Decision, bool]:
+        """Scrapy's cap on all retries of a request (``max_retry_times``), over every kind.
+
+        ``retryqueue_max_retries`` (per kind) wins where both are set.
+        """
+        meta = request.meta
+        if meta.get(defaults.META_MAX_RETRIES) is not None:
+            return decision, False
+        cap = meta.get(defaults.SCRAPY_META_MAX_RETRY_TIMES)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            notes.append(
+                Note(
+                    "retryqueue/meta_error",
+                    f"meta['{defaults.SCRAPY_META_MAX_RETRY_TIMES}'] must be a whole number >= 0, "
+                    f"got {cap!r} (ignored)",
+                )
+            )
+            cap = None
+        if cap is None:
+            cap = self.config.retry_times
+        if cap is None:
+            return decision, False
+        done = retries_so_far(attempts, meta)
+        if done < cap:
+            return decision, False
+        return (
+            Decision(
+                decision.kind,
+                False,
+                0.0,
+                attempts.get(decision.kind, 0),
+                f"{decision.kind}: gave up after {done} retries (max_retry_times={cap})",
+            ),
+            True,
+        )
 
     def _probe_permanent(
         self,
@@ -276,3 +325,14 @@ class Planner:
             )
         notes.append(Note("retryqueue/hook/replaced"))
         return result, decision
+
+
+def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:
+    """Retries a request has had, by every way it can have been retried: the queue's
+    attempts (a deferral uses no budget) or Scrapy's ``retry_times`` (a callback's
+    ``get_retry_request()``), whichever counted more."""
+    counted = sum(n for kind, n in attempts.items() if kind != "deferred")
+    scrapy_count = meta.get(defaults.SCRAPY_META_RETRY_TIMES)
+    if isinstance(scrapy_count, int) and not isinstance(scrapy_count, bool):
+        counted = max(counted, scrapy_count)
+    return counted

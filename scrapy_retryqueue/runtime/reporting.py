@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import signals as rq_signals
 from ..audit import AuditLog
-from ..defaults import PERMANENT_KINDS
+from ..defaults import PERMANENT_KINDS, SCRAPY_META_GIVE_UP_LOG_LEVEL
 from ..values import now_ms
 from .outcome import Outcome
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
+    from ..classify import FailureInfo
     from ..config import Config
     from ..domains import DomainChange
     from .planner import Note, Plan
@@ -81,6 +82,8 @@ class Reporter:
         url = task.url
         if outcome is Outcome.PARKED:
             self._scheduled(decision.kind)
+            if decision.kind != "deferred":  # a deferral is no retry of the request
+                self._scrapy_retry(plan.failure)
             logger.debug(
                 "scrapy-retryqueue: parked %s (%s), due in %.1fs",
                 url,
@@ -89,8 +92,10 @@ class Reporter:
             )
         elif outcome is Outcome.DEAD:
             self._dead(decision.kind)
+            if plan.exhausted:
+                self.count("retry/max_reached")
             logger.log(
-                self._dead_level(decision.kind),
+                self._dead_level(decision.kind, plan.request),
                 "scrapy-retryqueue: dead letter %s (%s)",
                 url,
                 decision.reason,
@@ -168,6 +173,40 @@ class Reporter:
             else:
                 self.count(f"retryqueue/{outcome}")
 
+    def callback_error(
+        self, exception: BaseException, response: Any, *, first: bool, due_in: float
+    ) -> None:
+        """A callback's exception that was parked for a retry instead of reaching Scrapy.
+
+        Counted and signalled as Scrapy would; logged once per request, with its
+        traceback and Scrapy's own wording, at WARNING since it will be retried.
+        """
+        from scrapy import signals
+        from twisted.python.failure import Failure
+
+        self.count("spider_exceptions/count")
+        self.count(f"spider_exceptions/{type(exception).__name__}")
+        failure = Failure(exception, type(exception), exception.__traceback__)
+        self.crawler.signals.send_catch_log(
+            signal=signals.spider_error, failure=failure, response=response, spider=self.spider
+        )
+        if not first:
+            logger.debug(
+                "scrapy-retryqueue: %s raised %s again; parked for retry",
+                response.request,
+                type(exception).__name__,
+            )
+            return
+        entry = self.crawler.logformatter.spider_error(
+            failure, response.request, response, self.spider
+        )
+        logging.getLogger("scrapy.core.scraper").warning(
+            entry["msg"] + "; parked for a retry (parse) due in %(due_in).0fs",
+            {**entry["args"], "due_in": due_in},
+            exc_info=(type(exception), exception, exception.__traceback__),
+            extra={"spider": self.spider},
+        )
+
     # -- successes -----------------------------------------------------------------
 
     def acked(self, request: Request, ref: TaskRef, how: str, result: Outcome, now: int) -> None:
@@ -239,7 +278,18 @@ class Reporter:
         self.count("retryqueue/dead", count)
         self.count(f"retryqueue/dead/{kind}", count)
 
-    def _dead_level(self, kind: str) -> int:
+    def _scrapy_retry(self, failure: FailureInfo) -> None:
+        """Scrapy's own retry stats, with its meaning, for monitoring built on them."""
+        self.count("retry/count")
+        self.count(f"retry/reason_count/{scrapy_reason(failure)}")
+
+    def _dead_level(self, kind: str, request: Request | None = None) -> int:
+        if request is not None:
+            level = request.meta.get(SCRAPY_META_GIVE_UP_LOG_LEVEL)
+            if level is not None:
+                return _log_level(level)
+        if self.config.give_up_log_level is not None and kind not in _QUIET_DEAD_KINDS:
+            return self.config.give_up_log_level
         if kind == "forbidden":
             return self.config.forbidden_log_level
         return logging.INFO if kind in _QUIET_DEAD_KINDS else logging.ERROR
@@ -247,3 +297,21 @@ class Reporter:
     def _audit(self, event: str, **fields: Any) -> None:
         if self.audit is not None:
             self.audit.write(event, **fields)
+
+
+def scrapy_reason(failure: FailureInfo) -> str:
+    """The reason Scrapy's RetryMiddleware would name in ``retry/reason_count/<reason>``."""
+    if failure.status is not None:
+        from scrapy.utils.response import response_status_message
+
+        return response_status_message(failure.status)
+    error_type = failure.error_type
+    return error_type if "." in error_type else f"builtins.{error_type}"
+
+
+def _log_level(value: Any) -> int:
+    """A ``give_up_log_level`` meta value (a level name or number); ERROR when unreadable."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    level = logging.getLevelName(str(value).upper())
+    return level if isinstance(level, int) else logging.ERROR
