@@ -1,23 +1,76 @@
-"""The add-on: ``ADDONS = {"scrapy_retryqueue.Addon": 0}`` enables everything."""
+"""The add-on: ``ADDONS = {"scrapy_retryqueue.Addon": 0}`` enables everything.
+
+It names the components by import path, so enabling it imports none of them:
+Scrapy imports each one when it builds the crawl.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.utils.misc import load_object
 
+from .config import bool_setting
 from .defaults import (
     DOWNLOADER_MIDDLEWARE_ORDER,
     EXTENSION_ORDER,
     SPIDER_MIDDLEWARE_ORDER,
     STORE_EXTENSION_ORDER,
 )
-from .extension import RetryQueueExtension
-from .middleware import RetryQueueMiddleware
-from .spidermiddleware import RetryQueueSpiderMiddleware
-from .storeext import RetryQueueStoreExtension
 
 STOCK_RETRY_MIDDLEWARE = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
+_PACKAGE = "scrapy_retryqueue"
+
+#: What the add-on enables: (component setting, import path, order).
+COMPONENTS = (
+    (
+        "DOWNLOADER_MIDDLEWARES",
+        "scrapy_retryqueue.middleware.RetryQueueMiddleware",
+        DOWNLOADER_MIDDLEWARE_ORDER,
+    ),
+    (
+        "SPIDER_MIDDLEWARES",
+        "scrapy_retryqueue.spidermiddleware.RetryQueueSpiderMiddleware",
+        SPIDER_MIDDLEWARE_ORDER,
+    ),
+    ("EXTENSIONS", "scrapy_retryqueue.extension.RetryQueueExtension", EXTENSION_ORDER),
+    ("EXTENSIONS", "scrapy_retryqueue.storeext.RetryQueueStoreExtension", STORE_EXTENSION_ORDER),
+)
+
+
+def _path_of(key: Any) -> str | None:
+    """The import path a component key stands for, without importing a path."""
+    if isinstance(key, str):
+        return key
+    module, name = getattr(key, "__module__", None), getattr(key, "__qualname__", None)
+    return f"{module}.{name}" if module and name else None
+
+
+def _names(key: Any, path: str) -> bool:
+    """Whether a component key names the class at *path* (as the class or a path)."""
+    if _path_of(key) == path:
+        return True
+    # Another path to the same class, such as the package's own export
+    # "scrapy_retryqueue.RetryQueueMiddleware": imported to tell only when it is
+    # one of ours with the class's name, which only a project lists.
+    name = path.rpartition(".")[2]
+    if isinstance(key, str) and key.startswith(f"{_PACKAGE}.") and key.endswith(f".{name}"):
+        try:
+            return _path_of(load_object(key)) == path
+        except (ImportError, AttributeError, NameError, ValueError):
+            return False
+    return False
+
+
+def _set_component(settings: Any, name: str, path: str, order: int | None) -> None:
+    """Put *path* in the *name* component dict at *order*, dropping any other key
+    that names the same class, as ``set_in_component_priority_dict`` does; the
+    setting keeps its priority."""
+    components = settings.getdict(name)
+    for key in [k for k in components if k != path and _names(k, path)]:
+        del components[key]
+    components[path] = order
+    settings.set(name, components, settings.getpriority(name) or 0)
 
 
 class Addon:
@@ -25,26 +78,10 @@ class Addon:
     extension, and the store writer (failure history and dead letters in SQL)."""
 
     def update_settings(self, settings: Any) -> None:
-        if not settings.getbool("RETRYQUEUE_ENABLED", True):
+        if not bool_setting(settings, "RETRYQUEUE_ENABLED"):
             return  # Scrapy's own RetryMiddleware stays in charge
         # Disabled by its import path, the key Scrapy's base setting uses: Scrapy
         # 2.13 does not match a class key against a path key when merging.
-        middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
-        for key in [k for k in middlewares if k is RetryMiddleware]:
-            del middlewares[key]
-        middlewares[STOCK_RETRY_MIDDLEWARE] = None
-        settings.set(
-            "DOWNLOADER_MIDDLEWARES",
-            middlewares,
-            settings.getpriority("DOWNLOADER_MIDDLEWARES") or 0,
-        )
-        settings.set_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", RetryQueueMiddleware, DOWNLOADER_MIDDLEWARE_ORDER
-        )
-        settings.set_in_component_priority_dict(
-            "SPIDER_MIDDLEWARES", RetryQueueSpiderMiddleware, SPIDER_MIDDLEWARE_ORDER
-        )
-        settings.set_in_component_priority_dict("EXTENSIONS", RetryQueueExtension, EXTENSION_ORDER)
-        settings.set_in_component_priority_dict(
-            "EXTENSIONS", RetryQueueStoreExtension, STORE_EXTENSION_ORDER
-        )
+        _set_component(settings, "DOWNLOADER_MIDDLEWARES", STOCK_RETRY_MIDDLEWARE, None)
+        for name, path, order in COMPONENTS:
+            _set_component(settings, name, path, order)

@@ -6,14 +6,16 @@ import random
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
+from .defaults import BACKOFF_JITTER, BACKOFF_MULTIPLIER, JITTER_MODES
+
 
 def compute_backoff(
     attempt: int,
     *,
     base_delay: float,
-    multiplier: float = 2.0,
+    multiplier: float = BACKOFF_MULTIPLIER,
     max_delay: float,
-    jitter: str = "equal",
+    jitter: str = BACKOFF_JITTER,
     rand: Callable[[], float] = random.random,
 ) -> float:
     """Delay in seconds before retry number *attempt* (0 for the first retry).
@@ -35,7 +37,7 @@ def compute_backoff(
         return delay * rand()
     if jitter == "equal":
         return delay / 2 + delay / 2 * rand()
-    raise ValueError(f"jitter must be one of none, full, equal; got {jitter!r}")
+    raise ValueError(f"jitter must be one of {', '.join(JITTER_MODES)}; got {jitter!r}")
 
 
 def min_backoff(

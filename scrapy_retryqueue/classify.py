@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .backoff import parse_retry_after
+from .defaults import ERROR_MESSAGE_MAX, UNKNOWN_KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ def classify_status(
 
 
 def classify_exception(
-    exc: BaseException, *, exception_kinds: Mapping[type, str], unknown_kind: str = "unknown"
+    exc: BaseException, *, exception_kinds: Mapping[type, str], unknown_kind: str = UNKNOWN_KIND
 ) -> FailureInfo:
     """The failure an exception means; the most specific class in its MRO wins."""
     kind = unknown_kind
@@ -63,12 +64,16 @@ def classify_exception(
         if cls in exception_kinds:
             kind = exception_kinds[cls]
             break
-    return FailureInfo(kind=kind, error_type=_qualname(type(exc)), message=str(exc)[:1000])
+    return FailureInfo(
+        kind=kind, error_type=_qualname(type(exc)), message=str(exc)[:ERROR_MESSAGE_MAX]
+    )
 
 
 def failure_for_kind(kind: str, exc: BaseException) -> FailureInfo:
     """A failure whose kind the caller already knows (parse, storage, rule)."""
-    return FailureInfo(kind=kind, error_type=_qualname(type(exc)), message=str(exc)[:1000])
+    return FailureInfo(
+        kind=kind, error_type=_qualname(type(exc)), message=str(exc)[:ERROR_MESSAGE_MAX]
+    )
 
 
 def _qualname(cls: type) -> str:

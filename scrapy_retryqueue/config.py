@@ -1,7 +1,10 @@
-"""RETRYQUEUE_* settings, read and validated once when a crawler starts.
+"""RETRYQUEUE_* settings, read and validated once per crawler into a Config.
 
 A bad value raises :class:`ConfigError` naming the setting and showing the value,
-so the crawl stops before it fetches anything.
+so the crawl stops before it fetches anything. Every component of one crawl
+shares one validated Config through :func:`config_for`; the readers here
+(:func:`number_setting`, :func:`bool_setting`, ...) also serve the store's and
+the dashboard's settings. Defaults come from :mod:`scrapy_retryqueue.defaults`.
 """
 
 from __future__ import annotations
@@ -14,14 +17,19 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+from weakref import WeakKeyDictionary
 
+from scrapy.settings import default_settings
 from scrapy.utils.misc import load_object
 
 from . import defaults
 from .exceptions import ConfigError
 from .policy import Policy, PolicyTable
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -52,26 +60,27 @@ class Config:
     forbidden_log_level: int
     #: The RETRYQUEUE_RETRY_HOOK object as loaded (a callable, or a class the
     #: runtime instantiates); None when unset.
-    retry_hook: Any = None
+    retry_hook: Any
     #: Per-domain cooldowns (RETRYQUEUE_DOMAIN_COOLDOWN and its numbers).
-    domain_cooldown: bool = False
-    cooldown_base: float = 10.0
-    cooldown_max: float = 600.0
-    burst_threshold: int = 10
-    burst_window: float = 10.0
-    cooldown_probe_permanent: bool = True
+    domain_cooldown: bool
+    cooldown_base: float
+    cooldown_max: float
+    burst_threshold: int
+    burst_window: float
+    cooldown_probe_permanent: bool
     #: Seconds; None: no limit.
-    deferral_max_wait: float | None = None
-    item_replay: bool = False
+    deferral_max_wait: float | None
+    item_replay: bool
     #: Scrapy's RETRY_TIMES when the project set it: a cap on all retries of a
     #: request, over every kind; None: only the per-kind budgets apply.
-    retry_times: int | None = None
+    retry_times: int | None
     #: Scrapy's RETRY_GIVE_UP_LOG_LEVEL when the project set it: the level of a
     #: retryable failure's dead letter; None: the queue's own levels.
-    give_up_log_level: int | None = None
+    give_up_log_level: int | None
 
 
 def raw_setting(settings: Any, name: str) -> Any:
+    """The setting's value as given, or its default when unset (None)."""
     value = settings.get(name)
     return defaults.SETTINGS[name] if value is None else value
 
@@ -235,8 +244,8 @@ def redis_url_from_settings(settings: Any) -> str | None:
     url = settings.get("RETRYQUEUE_REDIS_URL") or settings.get("REDIS_URL")
     name = "RETRYQUEUE_REDIS_URL" if settings.get("RETRYQUEUE_REDIS_URL") else "REDIS_URL"
     if not url and (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
-        host = settings.get("REDIS_HOST") or "localhost"
-        port = settings.get("REDIS_PORT") or 6379
+        host = settings.get("REDIS_HOST") or defaults.SCRAPY_REDIS_HOST
+        port = settings.get("REDIS_PORT") or defaults.SCRAPY_REDIS_PORT
         url, name = f"redis://{host}:{port}", "REDIS_HOST/REDIS_PORT"
     if not url:
         return None
@@ -299,7 +308,9 @@ def load_config(settings: Any) -> Config:
     """Read and validate every RETRYQUEUE_* setting of a Scrapy Settings object."""
     max_in_flight = raw_setting(settings, "RETRYQUEUE_MAX_IN_FLIGHT")
     if max_in_flight is None or max_in_flight == "":
-        max_in_flight = int(settings.getint("CONCURRENT_REQUESTS", 16) or 16)
+        # Scrapy's own default when a bare Settings lacks it (or sets 0).
+        concurrency = default_settings.CONCURRENT_REQUESTS
+        max_in_flight = int(settings.getint("CONCURRENT_REQUESTS", concurrency) or concurrency)
     else:
         max_in_flight = number_setting(settings, "RETRYQUEUE_MAX_IN_FLIGHT", minimum=1, whole=True)
     node_id = (
@@ -355,7 +366,33 @@ def load_config(settings: Any) -> Config:
         item_replay=bool_setting(settings, "RETRYQUEUE_ITEM_REPLAY"),
         deferral_max_wait=(
             None
-            if settings.get("RETRYQUEUE_DEFERRAL_MAX_WAIT") in (None, "")
+            if raw_setting(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT") in (None, "")
             else float(number_setting(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT", strict=True))
         ),
+        retry_times=None,
+        give_up_log_level=None,
     )
+
+
+#: Each crawler's validated settings (or the ConfigError they raised).
+_CONFIGS: WeakKeyDictionary[Crawler, Config | ConfigError] = WeakKeyDictionary()
+
+
+def config_for(crawler: Crawler) -> Config:
+    """The crawler's settings, validated once and shared by its components.
+
+    Call it once the crawler's settings are final (from ``from_crawler`` on).
+    A bad setting raises the same :class:`ConfigError` on every call, without
+    reading the settings again.
+    """
+    cached = _CONFIGS.get(crawler)
+    if cached is None:
+        try:
+            cached = load_config(crawler.settings)
+        except ConfigError as exc:
+            cached = exc
+        _CONFIGS[crawler] = cached
+    if isinstance(cached, ConfigError):
+        # A fresh traceback each time, not one that grows with every raise.
+        raise cached.with_traceback(None)
+    return cached

@@ -11,6 +11,7 @@ from redis.retry import Retry
 from scrapy.utils.project import data_path
 
 from . import embedded
+from .defaults import REDIS_CONNECT_TIMEOUT, REDIS_HEALTH_CHECK_INTERVAL, REDIS_SOCKET_TIMEOUT
 
 
 def embedded_dir(configured: str | None) -> Path:
@@ -32,12 +33,14 @@ def client_for(
     elif cluster:
         # Every key of a spider shares one hash tag, so each script runs on
         # the one node that owns that slot.
-        return RedisCluster.from_url(url, socket_timeout=10, socket_connect_timeout=5), url
+        return RedisCluster.from_url(
+            url, socket_timeout=REDIS_SOCKET_TIMEOUT, socket_connect_timeout=REDIS_CONNECT_TIMEOUT
+        ), url
     client = redis.Redis.from_url(
         url,
-        socket_timeout=10,
-        socket_connect_timeout=5,
-        health_check_interval=30,
+        socket_timeout=REDIS_SOCKET_TIMEOUT,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+        health_check_interval=REDIS_HEALTH_CHECK_INTERVAL,
         # No silent retries: a script whose reply was lost must not run twice
         # behind our back. An outage surfaces at once and the runtime spools.
         retry=Retry(ExponentialBackoff(), 0),

@@ -1,7 +1,9 @@
-"""Every default of scrapy-retryqueue, in one place.
+"""Every default and tuning constant of scrapy-retryqueue, and its lists of kinds.
 
 Settings are read through :mod:`scrapy_retryqueue.config`, which validates them
-against these defaults; nothing else in the package hard-codes a default value.
+against these defaults. Nothing else in the package hard-codes a default value,
+a tuning number shared by two modules, or a list of failure kinds: they import
+them from here, as Scrapy's components read ``scrapy.settings.default_settings``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from typing import Any
 
 #: Version of the task envelope written to Redis; readers refuse newer ones.
 ENVELOPE_VERSION = 1
+
+# -- failure kinds -------------------------------------------------------------
 
 #: Failure kinds that the classifier can produce and the policy table covers.
 RETRYABLE_KINDS = (
@@ -22,30 +26,72 @@ RETRYABLE_KINDS = (
     "storage",
 )
 PERMANENT_KINDS = ("not_found", "forbidden", "rule")
-#: Kinds produced by the queue itself, never retried and not configurable.
-INTERNAL_KINDS = ("unserializable", "malformed", "poison", "vetoed")
+#: The kind of an exception that no RETRYQUEUE_EXCEPTION_KINDS entry matches.
 UNKNOWN_KIND = "unknown"
+#: A request that cannot be stored as JSON (meta, cb_kwargs, callback).
+UNSERIALIZABLE_KIND = "unserializable"
+#: A stored envelope that cannot be read back.
+MALFORMED_KIND = "malformed"
+#: A task reclaimed more than RETRYQUEUE_MAX_RECLAIMS times (reap.lua).
+POISON_KIND = "poison"
+#: A retry that RETRYQUEUE_RETRY_HOOK refused.
+VETOED_KIND = "vetoed"
+#: A fresh request parked because its domain cools down: not a failure, no
+#: budget used (RETRYQUEUE_DOMAIN_COOLDOWN).
+DEFERRED_KIND = "deferred"
+#: Kinds produced by the queue itself: no policy covers them and none can be
+#: configured. A failure of one of these kinds is never retried (policy.py);
+#: a deferred task waits for its domain instead.
+INTERNAL_KINDS = (UNSERIALIZABLE_KIND, MALFORMED_KIND, POISON_KIND, VETOED_KIND, DEFERRED_KIND)
+#: Kinds that RETRYQUEUE_POLICIES, RETRYQUEUE_STATUS_KINDS and the meta keys may name.
 POLICY_KINDS = (*RETRYABLE_KINDS, *PERMANENT_KINDS, UNKNOWN_KIND)
+#: Every kind a task can have: what filters on a kind accept.
 ALL_KINDS = (*POLICY_KINDS, *INTERNAL_KINDS)
+#: Kinds that count towards a domain's burst of failures; a throttling answer
+#: (429, 503 with Retry-After) trips the domain at once instead.
+BURST_KINDS = ("timeout", "connection", "server_error")
+#: Kinds of failure that a domain's circuit breaker counts against it; any other
+#: answer of the site counts as a success.
+BREAKER_KINDS = ("rate_limited", *BURST_KINDS)
+#: Kinds that RETRYQUEUE_COOLDOWN_PROBE_PERMANENT gives one more try when they
+#: come from a domain cooling down (the site's overload may be their cause).
+COOLDOWN_PROBE_KINDS = ("forbidden", "not_found")
+#: Dead letters that the site or the project chose: logged at INFO, not ERROR
+#: (``forbidden`` at RETRYQUEUE_FORBIDDEN_LOG_LEVEL).
+EXPECTED_DEAD_KINDS = (*PERMANENT_KINDS, VETOED_KIND)
+
+# -- retry policies --------------------------------------------------------------
 
 JITTER_MODES = ("none", "full", "equal")
+#: Growth of a policy's delay per retry, where the policy does not say.
+BACKOFF_MULTIPLIER = 2.0
+#: A policy's jitter where it does not say: a delay d becomes one in [d/2, d].
+BACKOFF_JITTER = "equal"
+#: A policy's fields where neither the defaults below nor a project set them.
+POLICY_FIELDS: dict[str, Any] = {
+    "retry": False,
+    "base_delay": 0.0,
+    "multiplier": BACKOFF_MULTIPLIER,
+    "max_delay": 0.0,
+    "max_retries": 0,
+    "jitter": BACKOFF_JITTER,
+}
 
 
 def _policy(
     retry: bool,
-    base_delay: float = 0.0,
-    multiplier: float = 2.0,
-    max_delay: float = 0.0,
-    max_retries: int = 0,
-    jitter: str = "equal",
+    base_delay: float = POLICY_FIELDS["base_delay"],
+    multiplier: float = POLICY_FIELDS["multiplier"],
+    max_delay: float = POLICY_FIELDS["max_delay"],
+    max_retries: int = POLICY_FIELDS["max_retries"],
 ) -> dict[str, Any]:
     return {
+        **POLICY_FIELDS,
         "retry": retry,
         "base_delay": base_delay,
         "multiplier": multiplier,
         "max_delay": max_delay,
         "max_retries": max_retries,
-        "jitter": jitter,
     }
 
 
@@ -111,7 +157,41 @@ EXCEPTION_KINDS: dict[str, str] = {
     "scrapy_retryqueue.exceptions.PermanentFailure": "rule",
 }
 
+# -- tuning constants and defaults that function parameters share -------------
+
+#: RETRYQUEUE_EVENTS_MAXLEN: approximate cap on a spider's events stream, entries.
+EVENTS_MAXLEN = 1_000_000
+#: Most writes (or task ids) one script call carries: bounds how long one call
+#: blocks Redis. Batches of the queue, the spool replay and the reaper.
+QUEUE_BATCH = 500
+#: While a half-open domain's probe is in flight, its other tasks (and fresh
+#: requests to it) look again after this many ms.
+PROBE_RECHECK_MS = 1000
+#: Dead letters one read of the queue's dead set returns when the caller sets no limit.
+DEAD_LETTERS_LIMIT = 1000
+#: Longest exception message a task keeps, characters.
+ERROR_MESSAGE_MAX = 1000
+#: Longest reason a domain's state keeps, characters.
+DOMAIN_REASON_MAX = 200
+#: Polls come at most this often (seconds), even when tasks fall due faster.
+MIN_POLL_INTERVAL = 0.05
+#: First and longest wait (seconds) between two reconnection tries while Redis
+#: does not answer; the wait doubles after each failed try.
+RECONNECT_MIN_DELAY = 0.5
+RECONNECT_MAX_DELAY = 30.0
+#: Redis client of a crawl: seconds a command (socket_timeout) and a connection
+#: may take before Redis counts as down, and seconds between health checks of
+#: an idle connection.
+REDIS_SOCKET_TIMEOUT = 10
+REDIS_CONNECT_TIMEOUT = 5
+REDIS_HEALTH_CHECK_INTERVAL = 30
+#: scrapy-redis's own defaults for REDIS_HOST / REDIS_PORT, used when a project
+#: sets only one of them.
+SCRAPY_REDIS_HOST = "localhost"
+SCRAPY_REDIS_PORT = 6379
+
 SETTINGS: dict[str, Any] = {
+    #: False: the add-on leaves Scrapy's RetryMiddleware in charge; components stay off.
     "RETRYQUEUE_ENABLED": True,
     #: None: use scrapy-redis's REDIS_URL / REDIS_HOST + REDIS_PORT, else embedded.
     "RETRYQUEUE_REDIS_URL": None,
@@ -121,12 +201,17 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_SPOOL_MEMORY": 10_000,
     #: Writes the local spool holds at most; past it a failure goes to its errback.
     "RETRYQUEUE_SPOOL_MAX": 1_000_000,
+    #: Kind -> policy fields, merged over POLICIES field by field.
     "RETRYQUEUE_POLICIES": {},
+    #: Host name -> kind -> policy fields, for a domain and its subdomains.
     "RETRYQUEUE_DOMAIN_POLICIES": {},
+    #: HTTP status -> kind (None: not a failure), merged over STATUS_KINDS.
     "RETRYQUEUE_STATUS_KINDS": {},
+    #: Exception class (or its path) -> kind (None: drop it), merged over EXCEPTION_KINDS.
     "RETRYQUEUE_EXCEPTION_KINDS": {},
     #: Cap on a server's Retry-After, seconds.
     "RETRYQUEUE_RETRY_AFTER_MAX": 3600.0,
+    #: Seconds between two polls of the queue for due tasks.
     "RETRYQUEUE_POLL_INTERVAL": 1.0,
     #: How long a node owns a claimed task without renewing it, seconds.
     "RETRYQUEUE_LEASE_TIME": 60.0,
@@ -134,17 +219,22 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_MAX_IN_FLIGHT": None,
     #: An idle spider with pending retries waits at most this long, seconds.
     "RETRYQUEUE_IDLE_TIMEOUT": 300.0,
+    #: Expired leases a task survives; one more and it is a poison dead letter.
     "RETRYQUEUE_MAX_RECLAIMS": 3,
+    #: Added to a task's request priority once, when the task is created.
     "RETRYQUEUE_PRIORITY_ADJUST": 0,
     #: None: host name and pid.
     "RETRYQUEUE_NODE_ID": None,
     #: Approximate cap on the events stream, entries.
-    "RETRYQUEUE_EVENTS_MAXLEN": 1_000_000,
+    "RETRYQUEUE_EVENTS_MAXLEN": EVENTS_MAXLEN,
+    #: A file that gets one JSON line per retry decision; None: no audit log.
     "RETRYQUEUE_AUDIT_LOG": None,
+    #: The audit file's loguru rotation and retention.
     "RETRYQUEUE_AUDIT_ROTATION": "100 MB",
     "RETRYQUEUE_AUDIT_RETENTION": "30 days",
     #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue.
     "RETRYQUEUE_EMBEDDED_DIR": None,
+    #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
     #: A callable (or its import path) called as hook(request, decision) before a
     #: retry is scheduled: None keeps it, a Request replaces it, False vetoes it.
@@ -178,6 +268,11 @@ META_TASK = "retryqueue_task"
 #: Set on the stored request of an item replay (RETRYQUEUE_ITEM_REPLAY): the
 #: item to send through the pipelines again, {"item": <JSON>, "class": <path>}.
 META_ITEM = "retryqueue_item"
+#: Scrapy's own RetryMiddleware meta keys, which the queue honours too
+#: (docs/coming-from-retry.md).
+SCRAPY_META_MAX_RETRY_TIMES = "max_retry_times"
+SCRAPY_META_RETRY_TIMES = "retry_times"
+SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"
 
 #: Meta keys Scrapy fills in per download; stale on a later attempt.
 TRANSIENT_META_KEYS = frozenset(
@@ -189,6 +284,11 @@ DOWNLOADER_MIDDLEWARE_ORDER = 550
 SPIDER_MIDDLEWARE_ORDER = 950
 EXTENSION_ORDER = 500
 
+#: RETRYQUEUE_STORE_BATCH_SIZE: events written per database transaction, at most.
+STORE_BATCH_SIZE = 500
+#: RETRYQUEUE_STORE_CLAIM_IDLE: seconds before another node's unacknowledged
+#: events are taken over.
+STORE_CLAIM_IDLE = 60.0
 #: The SQL store (failure history and dead letters); validated by store/config.py.
 STORE_SETTINGS: dict[str, Any] = {
     #: Run the store writer during crawls (needs RETRYQUEUE_ENABLED too).
@@ -196,14 +296,14 @@ STORE_SETTINGS: dict[str, Any] = {
     #: SQLAlchemy URL (postgresql://user@host/db); None: SQLite under the embedded dir.
     "RETRYQUEUE_DATABASE_URL": None,
     #: Events written per database transaction, at most.
-    "RETRYQUEUE_STORE_BATCH_SIZE": 500,
+    "RETRYQUEUE_STORE_BATCH_SIZE": STORE_BATCH_SIZE,
     #: How long the writer waits for new events before it looks again, seconds.
     "RETRYQUEUE_STORE_INTERVAL": 1.0,
     #: Longest wait between two tries while the database is down, seconds.
     "RETRYQUEUE_STORE_RETRY_MAX": 30.0,
     #: Events read but not acknowledged by another node for this long are taken
     #: over (that node died between reading and writing them), seconds.
-    "RETRYQUEUE_STORE_CLAIM_IDLE": 60.0,
+    "RETRYQUEUE_STORE_CLAIM_IDLE": STORE_CLAIM_IDLE,
     #: How long a closing spider keeps trying to write what is left, seconds;
     #: whatever is still unwritten waits in Redis for the next crawl.
     "RETRYQUEUE_STORE_CLOSE_TIMEOUT": 30.0,
@@ -225,6 +325,13 @@ STORE_SQLITE_NAME = "retryqueue.sqlite3"
 TASK_STATUSES = ("waiting", "retrying", "succeeded", "dead", "cancelled")
 #: Right after the retry queue's own extension (EXTENSION_ORDER).
 STORE_EXTENSION_ORDER = 510
+#: The store writer's first wait (seconds) after a failed write; it doubles up
+#: to RETRYQUEUE_STORE_RETRY_MAX while the database is down.
+STORE_RETRY_MIN_DELAY = 0.5
+#: Seconds between two sweeps for dead letters whose events were trimmed away.
+STORE_SWEEP_INTERVAL = 300.0
+#: Seconds between two runs of RETRYQUEUE_DEAD_RETENTION / RETRYQUEUE_HISTORY_RETENTION.
+STORE_RETENTION_INTERVAL = 3600.0
 
 #: The web dashboard (scrapy retryqueue dashboard); validated by dashboard/settings.py.
 DASHBOARD_SETTINGS: dict[str, Any] = {
@@ -241,19 +348,3 @@ DASHBOARD_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_DASHBOARD_PAGE_SIZE": 50,
 }
 SETTINGS.update(DASHBOARD_SETTINGS)
-
-# --- added by the runtime redesign ---
-#: While a half-open domain's probe is in flight, its other tasks (and fresh
-#: requests to it) look again after this many ms.
-PROBE_RECHECK_MS = 1000
-#: Kinds that count towards a domain's burst; a throttling answer trips at once.
-BURST_KINDS = ("timeout", "connection", "server_error")
-#: Permanent kinds that get one more try when their domain cools down
-#: (RETRYQUEUE_COOLDOWN_PROBE_PERMANENT).
-PROBED_PERMANENT_KINDS = ("forbidden", "not_found")
-#: Expired leases one poll returns to due, at most.
-REAP_BATCH = 500
-#: Scrapy's own meta keys of RetryMiddleware that the queue honours (docs/coming-from-retry.md).
-SCRAPY_META_MAX_RETRY_TIMES = "max_retry_times"
-SCRAPY_META_RETRY_TIMES = "retry_times"
-SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"

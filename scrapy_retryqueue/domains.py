@@ -19,16 +19,19 @@ from typing import Any
 
 import redis
 
+# BURST_KINDS and PROBE_RECHECK_MS are defined in defaults; re-exported here
+# while runtime.py, extension.py and their tests import them from this module.
+from .defaults import BURST_KINDS as BURST_KINDS
+from .defaults import DOMAIN_REASON_MAX, EVENTS_MAXLEN
+from .defaults import PROBE_RECHECK_MS as PROBE_RECHECK_MS
 from .keys import Keys, keys_for
 from .queue import load_script_source
+from .values import as_text
 
 #: Lua scripts of this module (lua/<name>.lua), beside queue.SCRIPT_NAMES.
 DOMAIN_SCRIPT_NAMES = ("domain_fail", "domain_ok")
-#: While a half-open domain's probe is in flight, its other tasks (and fresh
-#: requests to it) look again after this many ms.
-PROBE_RECHECK_MS = 1000
-#: Kinds that count towards a burst; a throttling answer trips at once.
-BURST_KINDS = ("timeout", "connection", "server_error")
+#: What can put a domain in cooldown: a throttling answer or a burst of failures.
+CAUSES = ("throttle", "burst")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,25 +47,24 @@ class DomainChange:
     level: int
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class DomainCooldowns:
+    """One spider's domain states in Redis, changed only through their scripts."""
+
     def __init__(
         self,
         client: redis.Redis | Any,
         spider: str,
         *,
         node_id: str,
-        events_maxlen: int = 1_000_000,
+        events_maxlen: int = EVENTS_MAXLEN,
     ) -> None:
         self.client = client
         self.keys: Keys = keys_for(spider)
         self.node_id = node_id
         self.events_maxlen = events_maxlen
-        self._fail = client.register_script(load_script_source("domain_fail"))
-        self._ok = client.register_script(load_script_source("domain_ok"))
+        self._fail, self._ok = (
+            client.register_script(load_script_source(name)) for name in DOMAIN_SCRIPT_NAMES
+        )
 
     def _keys(self) -> list[str]:
         k = self.keys
@@ -82,17 +84,19 @@ class DomainCooldowns:
         reason: str,
     ) -> DomainChange:
         """Count a failure of *domain*: cause ``throttle`` or ``burst``."""
-        if cause not in ("throttle", "burst"):
-            raise ValueError(f"cause must be 'throttle' or 'burst', got {cause!r}")
+        if cause not in CAUSES:
+            raise ValueError(f"cause must be one of {', '.join(CAUSES)}; got {cause!r}")
         changed, state, until, previous, level = self._fail(
             keys=self._keys(),
             args=[
                 *(now, domain, cause, int(wait_ms), int(base_ms), int(max_ms)),
-                *(int(burst_threshold), int(burst_window_ms), reason[:200]),
+                *(int(burst_threshold), int(burst_window_ms), reason[:DOMAIN_REASON_MAX]),
                 *(self.node_id, self.events_maxlen),
             ],
         )
-        return DomainChange(domain, bool(changed), _s(state), _s(previous), int(until), int(level))
+        return DomainChange(
+            domain, bool(changed), as_text(state), as_text(previous), int(until), int(level)
+        )
 
     def ok(self, domain: str, *, now: int) -> DomainChange:
         """A success of *domain*: reopen it when its cooldown has ended."""
@@ -104,15 +108,6 @@ class DomainCooldowns:
     def cooling(self) -> dict[str, int]:
         """Domains cooling down or half-open: domain -> end of the cooldown (ms)."""
         return {
-            _s(domain): int(until)
+            as_text(domain): int(until)
             for domain, until in self.client.zrange(self.keys.cooling, 0, -1, withscores=True)
-        }
-
-    def states(self) -> dict[str, dict[str, Any]]:
-        """Every domain with a state: domain -> {state, until, level, reason, since}."""
-        import json
-
-        return {
-            _s(domain): json.loads(_s(raw))
-            for domain, raw in self.client.hgetall(self.keys.domains).items()
         }

@@ -26,7 +26,7 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=F
 
 # Request attributes written only when they differ from Request's defaults, to
 # keep envelopes small.
-_DEFAULTS: dict[str, Any] = {
+_REQUEST_DEFAULTS: dict[str, Any] = {
     "method": "GET",
     "encoding": "utf-8",
     "priority": 0,
@@ -169,7 +169,7 @@ def request_to_json(request: Request, spider: Any) -> dict[str, Any]:
     d["cb_kwargs"] = check_json(d.get("cb_kwargs") or {}, "cb_kwargs")
     d["cookies"] = check_json(d.get("cookies") or {}, "cookies")
     d["flags"] = check_json(d.get("flags") or [], "flags")
-    for name, default in _DEFAULTS.items():
+    for name, default in _REQUEST_DEFAULTS.items():
         value = d.get(name, default)
         if value != default:
             out[name] = value

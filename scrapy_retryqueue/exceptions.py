@@ -1,4 +1,4 @@
-"""Exceptions that users of scrapy-retryqueue raise or catch."""
+"""The exceptions scrapy-retryqueue raises or lets a spider raise, all under RetryQueueError."""
 
 from __future__ import annotations
 

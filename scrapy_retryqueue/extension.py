@@ -22,7 +22,7 @@ from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
 from .classify import failure_for_kind
-from .defaults import META_ITEM
+from .defaults import META_ITEM, MIN_POLL_INTERVAL
 from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
 from .runtime import PollResult, RetryQueueRuntime, runtime_for
 
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
     from .queue import Claimed
 
 logger = logging.getLogger(__name__)
-
-#: Polls come at most this often (seconds), even when tasks fall due faster.
-MIN_POLL = 0.05
 
 
 class RetryQueueExtension:
@@ -107,16 +104,16 @@ class RetryQueueExtension:
     def _next_delay(self) -> float:
         """Seconds until the next poll: the poll interval, or sooner when the
         next task falls due before it (so a retry waits for its due time, not
-        for the next round), never more often than every MIN_POLL seconds."""
+        for the next round), never more often than every MIN_POLL_INTERVAL seconds."""
         poll = self.config.poll_interval
         counts = self._counts
         if counts is None or counts.next_due is None or self.runtime.down:
             return poll
         until = counts.next_due / 1000 - time.time()
         if until > 0:
-            return min(poll, max(min(MIN_POLL, poll), until))
+            return min(poll, max(min(MIN_POLL_INTERVAL, poll), until))
         # Due already: the last claim was capped by its batch, or by room.
-        return min(MIN_POLL, poll) if self.runtime.leases.room else poll
+        return min(MIN_POLL_INTERVAL, poll) if self.runtime.leases.room else poll
 
     def _arm(self, delay: float) -> None:
         from twisted.internet import reactor

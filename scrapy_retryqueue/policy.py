@@ -1,6 +1,7 @@
-"""Retry policy: a failure and the attempts so far become a decision.
+"""Retry policies: a failure and the attempts so far become a decision.
 
-Pure: the caller passes the random source and the clock.
+Pure: the caller passes the random source. Policies are resolved
+per kind, per domain and per request (meta), in that order.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from typing import Any
 
 from .backoff import compute_backoff
 from .classify import FailureInfo
-from .defaults import INTERNAL_KINDS, JITTER_MODES, POLICY_KINDS, UNKNOWN_KIND
+from .defaults import (
+    INTERNAL_KINDS,
+    JITTER_MODES,
+    META_MAX_RETRIES,
+    META_POLICY,
+    POLICY_FIELDS,
+    POLICY_KINDS,
+    UNKNOWN_KIND,
+)
 from .exceptions import ConfigError
 
 
@@ -48,8 +57,7 @@ class Policy:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], *, where: str) -> Policy:
-        blank = cls(False, 0.0, 2.0, 0.0, 0, "equal")
-        return blank.merged(values, where=where)
+        return cls(**POLICY_FIELDS).merged(values, where=where)
 
 
 def _check_field(name: str, value: Any, *, where: str) -> Any:
@@ -122,10 +130,10 @@ class PolicyTable:
                     policy = per_kind[kind]
                     break
         if meta_policy and kind in meta_policy:
-            policy = policy.merged(meta_policy[kind], where=f"meta['retryqueue_policy'][{kind!r}]")
+            policy = policy.merged(meta_policy[kind], where=f"meta[{META_POLICY!r}][{kind!r}]")
         if meta_max_retries is not None:
             policy = policy.merged(
-                {"max_retries": meta_max_retries}, where="meta['retryqueue_max_retries']"
+                {"max_retries": meta_max_retries}, where=f"meta[{META_MAX_RETRIES!r}]"
             )
         return policy
 
@@ -164,15 +172,13 @@ class PolicyTable:
 
     def check_meta_policy(self, value: Any) -> Mapping[str, Any]:
         """Validate a request's ``retryqueue_policy`` meta; ConfigError names the bad part."""
+        where = f"meta[{META_POLICY!r}]"
         if not isinstance(value, Mapping):
-            raise ConfigError(
-                f"meta['retryqueue_policy'] must be a dict of kind -> policy fields, got {value!r}"
-            )
+            raise ConfigError(f"{where} must be a dict of kind -> policy fields, got {value!r}")
         for kind, overrides in value.items():
             if kind not in POLICY_KINDS:
                 raise ConfigError(
-                    f"meta['retryqueue_policy'] names unknown kind {kind!r}; "
-                    f"known: {', '.join(POLICY_KINDS)}"
+                    f"{where} names unknown kind {kind!r}; known: {', '.join(POLICY_KINDS)}"
                 )
-            self.policies[kind].merged(overrides, where=f"meta['retryqueue_policy'][{kind!r}]")
+            self.policies[kind].merged(overrides, where=f"{where}[{kind!r}]")
         return value

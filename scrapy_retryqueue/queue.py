@@ -1,8 +1,10 @@
-"""The Redis delayed queue: the only module that talks to Redis.
+"""The retry queue's writes and claims in Redis: one Lua script per operation.
 
-Every operation is one Lua script (``lua/<name>.lua``) so that a crash between
-two steps cannot lose or duplicate a task. Calls are blocking; the Scrapy glue
-runs them off the reactor thread.
+Every operation on a spider's tasks is one script (``lua/<name>.lua``), so a
+crash between two steps cannot lose or duplicate a task; beside them, a few
+plain reads (counts, one task, the dead set). Key names come from
+:mod:`scrapy_retryqueue.keys`. Calls are blocking; the Scrapy glue runs them
+off the reactor thread.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 
 import redis
 
+from .defaults import DEAD_LETTERS_LIMIT, EVENTS_MAXLEN, PROBE_RECHECK_MS, QUEUE_BATCH
 from .envelope import Task
-from .keys import Keys, all_keys, keys_for
+from .keys import Keys, keys_for
+from .values import as_text
 
 SCRIPT_NAMES = (
     "schedule",
@@ -34,13 +38,8 @@ SCRIPT_NAMES = (
 
 
 def load_script_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``, shipped in the package."""
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-#: Most writes one script call applies: bounds how long one call blocks Redis.
-BATCH = 500
-
-WRITE_OPS = ("schedule", "reschedule", "ack", "deadletter")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +96,6 @@ class Counts:
     next_due: int | None
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class RedisDelayedQueue:
     """One spider's retry tasks in Redis.
 
@@ -114,7 +109,7 @@ class RedisDelayedQueue:
         spider: str,
         *,
         node_id: str,
-        events_maxlen: int = 1_000_000,
+        events_maxlen: int = EVENTS_MAXLEN,
     ) -> None:
         self.client = client
         self.keys: Keys = keys_for(spider)
@@ -131,14 +126,14 @@ class RedisDelayedQueue:
         """Apply *writes* in order; True for each that took effect.
 
         Consecutive writes of one kind share one script call (up to
-        ``BATCH`` each), so a burst of failures costs a few round trips, not
+        ``QUEUE_BATCH`` each), so a burst of failures costs a few round trips, not
         one per request. A refused write (False) is a duplicate or a stale lease.
         """
         results: list[bool] = []
         for op, run in itertools.groupby(writes, key=attrgetter("op")):
             run_list = list(run)
-            for start in range(0, len(run_list), BATCH):
-                chunk = run_list[start : start + BATCH]
+            for start in range(0, len(run_list), QUEUE_BATCH):
+                chunk = run_list[start : start + QUEUE_BATCH]
                 keys, args = self._write_call(op, chunk)
                 results += [bool(x) for x in self._run(op, keys, args)]
         return results
@@ -194,7 +189,7 @@ class RedisDelayedQueue:
         lease_until: int,
         token: str,
         cooldowns: bool = False,
-        recheck_ms: int = 1000,
+        recheck_ms: int = PROBE_RECHECK_MS,
         deferral_max_wait_ms: int = 0,
     ) -> Claimed:
         """Lease up to *limit* due tasks; also report the queue's counts.
@@ -216,7 +211,7 @@ class RedisDelayedQueue:
         )
         pairs = raw[3:]
         return Claimed(
-            tasks=[(_s(pairs[i]), _s(pairs[i + 1])) for i in range(0, len(pairs), 2)],
+            tasks=[(as_text(pairs[i]), as_text(pairs[i + 1])) for i in range(0, len(pairs), 2)],
             due=int(raw[0]),
             leased=int(raw[1]),
             next_due=None if int(raw[2]) < 0 else int(raw[2]),
@@ -230,7 +225,7 @@ class RedisDelayedQueue:
         args: list[Any] = [lease_until]
         for task_id, token in leases.items():
             args += [task_id, token]
-        return [_s(x) for x in self._run("renew", [k.leased, k.owners], args)]
+        return [as_text(x) for x in self._run("renew", [k.leased, k.owners], args)]
 
     def reap(self, *, now: int, limit: int, max_reclaims: int) -> tuple[list[str], list[str]]:
         """Return expired leases to due; returns (reclaimed ids, poisoned ids)."""
@@ -240,7 +235,7 @@ class RedisDelayedQueue:
             [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events],
             [now, limit, max_reclaims, self.events_maxlen, self.node_id],
         )
-        return [_s(x) for x in reclaimed], [_s(x) for x in poisoned]
+        return [as_text(x) for x in reclaimed], [as_text(x) for x in poisoned]
 
     def release(self, leases: dict[str, str], *, now: int) -> int:
         """Hand back held tasks (task id → token) so another node takes them at once."""
@@ -271,40 +266,35 @@ class RedisDelayedQueue:
 
     def get_task(self, task_id: str) -> str | None:
         raw = self.client.hget(self.keys.tasks, task_id)
-        return None if raw is None else _s(raw)
+        return None if raw is None else as_text(raw)
 
-    def dead_letters(self, *, limit: int = 1000) -> list[tuple[str, str]]:
+    def dead_letters(self, *, limit: int = DEAD_LETTERS_LIMIT) -> list[tuple[str, str]]:
         """(task id, raw envelope) of dead letters, oldest first."""
         if limit <= 0:
             # ZRANGE 0 -1 would be the whole set.
             return []
-        ids = [_s(x) for x in self.client.zrange(self.keys.dead, 0, limit - 1)]
+        ids = [as_text(x) for x in self.client.zrange(self.keys.dead, 0, limit - 1)]
         if not ids:
             return []
         raws = self.client.hmget(self.keys.deadtasks, ids)
-        return [(i, _s(r)) for i, r in zip(ids, raws, strict=True) if r is not None]
-
-    def clear(self) -> None:
-        """Delete every key of this spider's namespace (tests, purges)."""
-        self.client.delete(*all_keys(self.keys))
+        return [(i, as_text(r)) for i, r in zip(ids, raws, strict=True) if r is not None]
 
     def retry_now(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
         """Make waiting tasks due at *now*; True for each that was waiting."""
         k = self.keys
-        results: list[bool] = []
-        ids = list(task_ids)
-        for start in range(0, len(ids), BATCH):
-            args: list[Any] = [self.node_id, self.events_maxlen, now, *ids[start : start + BATCH]]
-            results += [bool(x) for x in self._run("retry_now", [k.due, k.tasks, k.events], args)]
-        return results
+        return self._per_id("retry_now", [k.due, k.tasks, k.events], task_ids, now)
 
     def cancel(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
         """Remove live tasks (waiting or leased) for good; True for each that was live."""
         k = self.keys
         keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events]
-        results: list[bool] = []
+        return self._per_id("cancel", keys, task_ids, now)
+
+    def _per_id(self, name: str, keys: list[str], task_ids: Sequence[str], now: int) -> list[bool]:
+        """Run script *name* over *task_ids*, ``QUEUE_BATCH`` per call; True for each changed."""
         ids = list(task_ids)
-        for start in range(0, len(ids), BATCH):
-            args: list[Any] = [self.node_id, self.events_maxlen, now, *ids[start : start + BATCH]]
-            results += [bool(x) for x in self._run("cancel", keys, args)]
+        results: list[bool] = []
+        for start in range(0, len(ids), QUEUE_BATCH):
+            args = [self.node_id, self.events_maxlen, now, *ids[start : start + QUEUE_BATCH]]
+            results += [bool(x) for x in self._run(name, keys, args)]
         return results

@@ -17,8 +17,9 @@ import re
 import threading
 from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from .exceptions import RetryQueueError
 from .queue import Write
 
 
@@ -44,7 +45,7 @@ def _from_line(line: str) -> Write:
     return Write(op, task_id, int(now), token, envelope, int(due), kind, int(attempt), url)
 
 
-class SpoolFull(Exception):
+class SpoolFull(RetryQueueError):
     """The spool holds RETRYQUEUE_SPOOL_MAX writes already."""
 
 
@@ -166,6 +167,3 @@ class Spool:
                 with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
             return waiting
-
-    def describe(self) -> dict[str, Any]:
-        return {"memory": len(self._memory), "file": self._on_disk, "path": str(self.path)}

@@ -1,4 +1,5 @@
-"""load_config: defaults, command-line strings, and one ConfigError per bad value."""
+"""load_config and config_for: defaults, command-line strings, one ConfigError per
+bad value, and one validated Config per crawler."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import socket
 
 import pytest
 from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
 
+from scrapy_retryqueue import config as config_module
 from scrapy_retryqueue import defaults
-from scrapy_retryqueue.config import load_config, redact_url, redis_url_from_settings
+from scrapy_retryqueue.config import config_for, load_config, redact_url, redis_url_from_settings
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.policy import Policy
 
@@ -45,6 +48,28 @@ def test_defaults():
     assert dict(config.status_kinds) == defaults.STATUS_KINDS
     assert config.policy_table.retry_after_max == 3600.0
     assert config.policy_table.domain_policies == {}
+
+
+def test_every_kind_is_listed_once_and_deferred_is_one():
+    assert len(set(defaults.ALL_KINDS)) == len(defaults.ALL_KINDS)
+    assert set(defaults.ALL_KINDS) == {
+        *defaults.POLICY_KINDS,
+        *defaults.INTERNAL_KINDS,
+    }
+    assert not set(defaults.POLICY_KINDS) & set(defaults.INTERNAL_KINDS)
+    # Produced for a fresh request to a cooling domain: filters must accept it.
+    assert "deferred" in defaults.INTERNAL_KINDS
+    kinds_named_elsewhere = {
+        *defaults.STATUS_KINDS.values(),
+        *defaults.EXCEPTION_KINDS.values(),
+        *defaults.POLICIES,
+        *defaults.BURST_KINDS,
+        *defaults.BREAKER_KINDS,
+        *defaults.COOLDOWN_PROBE_KINDS,
+        *defaults.EXPECTED_DEAD_KINDS,
+    }
+    assert kinds_named_elsewhere <= set(defaults.ALL_KINDS)
+    assert set(defaults.POLICIES) == set(defaults.POLICY_KINDS)
 
 
 def test_default_policies_cover_every_kind():
@@ -83,6 +108,14 @@ def test_node_id_setting():
 @pytest.mark.parametrize("concurrent", [1, 7, 64])
 def test_max_in_flight_defaults_to_concurrent_requests(concurrent):
     assert _load({"CONCURRENT_REQUESTS": concurrent}).max_in_flight == concurrent
+
+
+def test_max_in_flight_falls_back_to_scrapys_default_concurrency():
+    # A bare BaseSettings has no CONCURRENT_REQUESTS; 0 is no concurrency either.
+    from scrapy.settings import BaseSettings, default_settings
+
+    assert load_config(BaseSettings()).max_in_flight == default_settings.CONCURRENT_REQUESTS
+    assert _load({"CONCURRENT_REQUESTS": 0}).max_in_flight == default_settings.CONCURRENT_REQUESTS
 
 
 def test_max_in_flight_setting_wins():
@@ -355,3 +388,32 @@ def test_bad_scrapy_redis_url_names_redis_url():
 )
 def test_redact_url(url, expected):
     assert redact_url(url) == expected
+
+
+# -- config_for ---------------------------------------------------------------------
+
+
+def test_config_for_validates_once_per_crawler(monkeypatch):
+    calls = []
+    real = config_module.load_config
+    monkeypatch.setattr(config_module, "load_config", lambda s: calls.append(s) or real(s))
+    crawler = get_crawler(settings_dict={"RETRYQUEUE_NODE_ID": "n1"})
+    other = get_crawler(settings_dict={"RETRYQUEUE_NODE_ID": "n2"})
+
+    first = config_for(crawler)
+    assert config_for(crawler) is first
+    assert first.node_id == "n1"
+    assert config_for(other).node_id == "n2"
+    assert len(calls) == 2
+
+
+def test_config_for_raises_the_same_error_on_every_call(monkeypatch):
+    calls = []
+    real = config_module.load_config
+    monkeypatch.setattr(config_module, "load_config", lambda s: calls.append(s) or real(s))
+    crawler = get_crawler(settings_dict={"RETRYQUEUE_POLL_INTERVAL": -1})
+
+    for _ in range(3):
+        with pytest.raises(ConfigError, match=r"RETRYQUEUE_POLL_INTERVAL must be > 0, got -1"):
+            config_for(crawler)
+    assert len(calls) == 1

@@ -16,6 +16,7 @@ import redis
 from scrapy_retryqueue.domains import DomainCooldowns
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.values import as_text
 
 MakeTask = Callable[..., Task]
 LEASE = 30_000
@@ -33,8 +34,12 @@ def domains(redis_client: redis.Redis, spider_name: str) -> DomainCooldowns:
     return DomainCooldowns(redis_client, spider_name, node_id="node-a")
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def states(domains: DomainCooldowns) -> dict[str, dict[str, Any]]:
+    """Every domain with a state: domain -> {state, until, level, reason, since}."""
+    return {
+        as_text(domain): json.loads(as_text(raw))
+        for domain, raw in domains.client.hgetall(domains.keys.domains).items()
+    }
 
 
 def fail(domains: DomainCooldowns, domain: str, now: int, **kw: Any) -> Any:
@@ -53,7 +58,7 @@ def fail(domains: DomainCooldowns, domain: str, now: int, **kw: Any) -> Any:
 
 def domain_events(client: redis.Redis, domains: DomainCooldowns) -> list[dict[str, str]]:
     return [
-        {_s(k): _s(v) for k, v in fields.items()}
+        {as_text(k): as_text(v) for k, v in fields.items()}
         for _, fields in client.xrange(domains.keys.events)
         if fields.get(b"type") == b"domain"
     ]
@@ -67,7 +72,7 @@ def test_a_throttling_answer_trips_the_domain_at_once(
     # The later of Retry-After (30 s) and the domain's own backoff (10 s).
     assert change.until == 31_000 and change.level == 0
     assert domains.cooling() == {"shop.test": 31_000}
-    state = domains.states()["shop.test"]
+    state = states(domains)["shop.test"]
     assert state["state"] == "cooling" and state["until"] == 31_000 and state["since"] == 1_000
     [event] = domain_events(redis_client, domains)
     assert event["domain"] == "shop.test" and event["state"] == "cooling"
@@ -111,7 +116,7 @@ def test_a_failed_probe_extends_the_cooldown_with_backoff(domains: DomainCooldow
     assert first.until == BASE + 1 + 2 * BASE
     second = fail(domains, "shop.test", first.until, cause="burst")
     assert second.level == 2 and second.until == first.until + 4 * BASE
-    assert domains.states()["shop.test"]["since"] == 0
+    assert states(domains)["shop.test"]["since"] == 0
 
 
 def test_the_backoff_is_capped(domains: DomainCooldowns) -> None:
@@ -131,7 +136,7 @@ def test_success_reopens_only_after_the_cooldown(
     assert domains.cooling() == {"shop.test": BASE}
     change = domains.ok("shop.test", now=BASE)
     assert change.changed and change.state == "open"
-    assert domains.cooling() == {} and domains.states() == {}
+    assert domains.cooling() == {} and states(domains) == {}
     assert not domains.ok("shop.test", now=BASE + 1).changed
     assert [e["state"] for e in domain_events(redis_client, domains)] == ["cooling", "open"]
     # Reopened: the next trip starts from level 0 again.
@@ -192,9 +197,9 @@ def test_a_half_open_domain_gets_a_single_probe(
     now = BASE + 5
     assert sorted(claim(queue, now)) == ["calm", "hot0"]
     k = queue.keys
-    leased = {_s(i) for i in redis_client.zrange(k.leased, 0, -1)}
+    leased = {as_text(i) for i in redis_client.zrange(k.leased, 0, -1)}
     assert leased == {"calm", "hot0"}
-    assert _s(redis_client.hget(k.probes, "shop.test")) == str(now + LEASE)
+    assert as_text(redis_client.hget(k.probes, "shop.test")) == str(now + LEASE)
     for task_id in ("hot1", "hot2"):
         assert redis_client.zscore(k.due, task_id) == now + 1000
     # A second node polling while the probe is in flight claims nothing of the domain.
@@ -253,7 +258,7 @@ def test_a_task_that_would_wait_too_long_is_a_rate_limited_dead_letter(
     # young: created at 90 s, waits until 110 s (20 s): moved, not dead.
     assert redis_client.zscore(k.due, "young") == 110_000
     dead_events = [
-        {_s(a): _s(b) for a, b in fields.items()}
+        {as_text(a): as_text(b) for a, b in fields.items()}
         for _, fields in redis_client.xrange(k.events)
         if fields.get(b"type") == b"dead"
     ]

@@ -75,7 +75,7 @@ def test_permanent_kinds_are_dead_at_once(kind):
     assert decision == Decision(kind, False, 0.0, 0, f"{kind}: not retried by policy")
 
 
-@pytest.mark.parametrize("kind", ["unserializable", "malformed", "poison"])
+@pytest.mark.parametrize("kind", defaults.INTERNAL_KINDS)
 def test_internal_kinds_are_never_retried(kind):
     decision = _table().decide(
         _failure(kind),

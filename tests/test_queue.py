@@ -20,6 +20,7 @@ from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.envelope import Task, task_from_json
 from scrapy_retryqueue.keys import Keys, all_keys
 from scrapy_retryqueue.queue import SCRIPT_NAMES, RedisDelayedQueue
+from scrapy_retryqueue.values import as_text
 
 MakeTask = Callable[..., Task]
 
@@ -33,17 +34,16 @@ def redis_kind(request: pytest.FixtureRequest) -> str:
 LEASE = 30_000
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def events(client: redis.Redis, keys: Keys) -> list[dict[str, str]]:
-    return [{_s(k): _s(v) for k, v in fields.items()} for _, fields in client.xrange(keys.events)]
+    return [
+        {as_text(k): as_text(v) for k, v in fields.items()}
+        for _, fields in client.xrange(keys.events)
+    ]
 
 
 def hget(client: redis.Redis, key: str, field: str) -> str | None:
     raw = client.hget(key, field)
-    return None if raw is None else _s(raw)
+    return None if raw is None else as_text(raw)
 
 
 def snapshot(client: redis.Redis, keys: Keys) -> dict[str, Any]:
@@ -213,7 +213,7 @@ def test_two_nodes_claiming_in_turn_never_share_a_task(
     assert got["a"] and got["b"]
     assert not set(got["a"]) & set(got["b"])
     assert sorted(got["a"] + got["b"]) == ids
-    owners = {_s(k): _s(v) for k, v in redis_client.hgetall(node_a.keys.owners).items()}
+    owners = {as_text(k): as_text(v) for k, v in redis_client.hgetall(node_a.keys.owners).items()}
     assert owners == {i: "token-a" for i in got["a"]} | {i: "token-b" for i in got["b"]}
     assert node_a.counts(now=1_000).leased == 100
 
@@ -657,6 +657,11 @@ def test_dead_letters_oldest_first_with_limit(
     assert queue.dead_letters(limit=0) == []
 
 
+def clear(queue: RedisDelayedQueue) -> None:
+    """Delete every key of the queue's namespace."""
+    queue.client.delete(*all_keys(queue.keys))
+
+
 def test_clear_deletes_the_namespace_only(
     queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
 ) -> None:
@@ -670,12 +675,12 @@ def test_clear_deletes_the_namespace_only(
         assert other.schedule(make_task("a", due=0), now=0)
         assert redis_client.exists(*all_keys(queue.keys)) >= 6
 
-        queue.clear()
+        clear(queue)
 
         assert redis_client.exists(*all_keys(queue.keys)) == 0
         assert other.counts(now=0).due == 1
     finally:
-        other.clear()
+        clear(other)
 
 
 def test_events_stream_is_trimmed_near_maxlen(

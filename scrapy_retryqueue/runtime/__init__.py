@@ -24,7 +24,8 @@ from weakref import WeakKeyDictionary
 from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
-from ..config import Config, load_config
+from ..config import Config, config_for
+from ..defaults import MALFORMED_KIND, POISON_KIND
 from ..domains import DomainCooldowns
 from ..envelope import malformed_envelope
 from ..exceptions import ConfigError, RequestParked
@@ -101,7 +102,7 @@ class RetryQueueRuntime:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         try:
-            self.config: Config = load_config(crawler.settings)
+            self.config: Config = config_for(crawler)
         except ConfigError as exc:
             # A bad setting stops the crawl before it fetches anything.
             logger.error("scrapy-retryqueue: %s", exc)
@@ -317,7 +318,7 @@ class RetryQueueRuntime:
                 len(result.poisoned),
                 self.config.max_reclaims,
             )
-            reporter.dead_without_request("poison", result.poisoned, reason)
+            reporter.dead_without_request(POISON_KIND, result.poisoned, reason)
         if result.lost:
             self.leases.lost(result.lost)
             reporter.count("retryqueue/lease_lost", len(result.lost))
@@ -349,11 +350,13 @@ class RetryQueueRuntime:
         logger.error("scrapy-retryqueue: task %s is malformed (%s); dead-lettered", task_id, error)
         self.leases.drop(task_id)
         envelope = malformed_envelope(task_id, raw, str(error), self.config.node_id)
-        write = Write("deadletter", task_id, now_ms(), token, envelope=envelope, kind="malformed")
+        write = Write(
+            "deadletter", task_id, now_ms(), token, envelope=envelope, kind=MALFORMED_KIND
+        )
 
         def written(outcome: Outcome) -> None:
             if outcome is Outcome.DEAD:
-                self.reporter.dead_without_request("malformed", [task_id], str(error))
+                self.reporter.dead_without_request(MALFORMED_KIND, [task_id], str(error))
 
         writes.submit(write).addCallbacks(
             written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)

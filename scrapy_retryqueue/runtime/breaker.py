@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..defaults import BURST_KINDS
+from ..defaults import BREAKER_KINDS, BURST_KINDS
 from ..domains import DomainChange, DomainCooldowns
 from ..values import now_ms
 from .writes import CONNECTION_ERRORS
@@ -69,9 +69,7 @@ class DomainBreaker:
         if not domain:
             return
         now = now_ms()
-        if failure is None or (
-            failure.status is not None and failure.kind not in ("rate_limited", *BURST_KINDS)
-        ):
+        if failure is None or (failure.status is not None and failure.kind not in BREAKER_KINDS):
             until = self.cooling.get(domain)
             if until is None or until > now:
                 return  # open, or cooling: a success in flight changes nothing

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..defaults import PROBE_RECHECK_MS, REAP_BATCH
+from ..defaults import PROBE_RECHECK_MS, QUEUE_BATCH
 from ..values import now_ms
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class Leases:
         def io() -> PollResult:
             now_ = now_ms()
             reclaimed, poisoned = queue.reap(
-                now=now_, limit=REAP_BATCH, max_reclaims=config.max_reclaims
+                now=now_, limit=QUEUE_BATCH, max_reclaims=config.max_reclaims
             )
             lost = queue.renew(leases, lease_until=now_ + lease_ms)
             claimed = queue.claim(

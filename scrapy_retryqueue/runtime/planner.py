@@ -137,9 +137,17 @@ class Planner:
             request_json = {"url": request.url, "method": request.method}
             if decision.retry:
                 # It cannot be parked, so this failure is its last one.
-                error = {"kind": "unserializable", "type": "EnvelopeError", "message": str(exc)}
+                error = {
+                    "kind": defaults.UNSERIALIZABLE_KIND,
+                    "type": "EnvelopeError",
+                    "message": str(exc),
+                }
                 decision = Decision(
-                    "unserializable", False, 0.0, attempts.get(failure.kind, 0), str(exc)
+                    defaults.UNSERIALIZABLE_KIND,
+                    False,
+                    0.0,
+                    attempts.get(failure.kind, 0),
+                    str(exc),
                 )
         if ref is None and self.config.priority_adjust:
             # Adjusted once, when the task is created; the envelope keeps it.
@@ -170,8 +178,10 @@ class Planner:
         # Half-open (the end has passed): look again once the probe had a moment.
         wait_ms = until - now if until > now else defaults.PROBE_RECHECK_MS
         wait_ms += int(self.rand.random() * min(1000, max(wait_ms // 10, 1)))
-        failure = FailureInfo("deferred", "DomainCooldown", f"{domain} cools down")
-        decision = Decision("deferred", True, wait_ms / 1000, 0, f"deferred: {domain} cools down")
+        failure = FailureInfo(defaults.DEFERRED_KIND, "DomainCooldown", f"{domain} cools down")
+        decision = Decision(
+            defaults.DEFERRED_KIND, True, wait_ms / 1000, 0, f"deferred: {domain} cools down"
+        )
         return self.plan(request, failure, decision=decision)
 
     def _meta_overrides(self, request: Request, notes: list[Note]) -> tuple[Any, int | None]:
@@ -273,7 +283,7 @@ class Planner:
         if (
             not self.cooling
             or not self.config.cooldown_probe_permanent
-            or failure.kind not in defaults.PROBED_PERMANENT_KINDS
+            or failure.kind not in defaults.COOLDOWN_PROBE_KINDS
             or attempts.get(failure.kind, 0) > 0
         ):
             return decision
@@ -317,7 +327,7 @@ class Planner:
         if result is False:
             notes.append(Note("retryqueue/hook/vetoed"))
             return request, Decision(
-                "vetoed",
+                defaults.VETOED_KIND,
                 False,
                 0.0,
                 decision.attempt - 1,
@@ -331,7 +341,7 @@ def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:
     """Retries a request has had, by every way it can have been retried: the queue's
     attempts (a deferral uses no budget) or Scrapy's ``retry_times`` (a callback's
     ``get_retry_request()``), whichever counted more."""
-    counted = sum(n for kind, n in attempts.items() if kind != "deferred")
+    counted = sum(n for kind, n in attempts.items() if kind != defaults.DEFERRED_KIND)
     scrapy_count = meta.get(defaults.SCRAPY_META_RETRY_TIMES)
     if isinstance(scrapy_count, int) and not isinstance(scrapy_count, bool):
         counted = max(counted, scrapy_count)

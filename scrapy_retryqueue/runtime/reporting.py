@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import signals as rq_signals
 from ..audit import AuditLog
-from ..defaults import PERMANENT_KINDS, SCRAPY_META_GIVE_UP_LOG_LEVEL
+from ..defaults import DEFERRED_KIND, EXPECTED_DEAD_KINDS, SCRAPY_META_GIVE_UP_LOG_LEVEL
 from ..values import now_ms
 from .outcome import Outcome
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Dead letters logged at INFO: the site said so, or the project's hook did.
-_QUIET_DEAD_KINDS = frozenset((*PERMANENT_KINDS, "vetoed"))
+_QUIET_DEAD_KINDS = frozenset(EXPECTED_DEAD_KINDS)
 
 
 class Reporter:
@@ -82,7 +82,7 @@ class Reporter:
         url = task.url
         if outcome is Outcome.PARKED:
             self._scheduled(decision.kind)
-            if decision.kind != "deferred":  # a deferral is no retry of the request
+            if decision.kind != DEFERRED_KIND:  # a deferral is no retry of the request
                 self._scrapy_retry(plan.failure)
             logger.debug(
                 "scrapy-retryqueue: parked %s (%s), due in %.1fs",

@@ -21,6 +21,7 @@ from twisted.python.threadpool import ThreadPool
 
 from ..config import redact_url
 from ..connection import client_for, embedded_dir
+from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from ..exceptions import RetryQueueError
 from ..queue import RedisDelayedQueue, Write
 from ..spool import Spool, SpoolFull
@@ -43,9 +44,6 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis.BusyLoadingError,
     ConnectionError,
 )
-REPLAY_BATCH = 500
-RECONNECT_MIN_DELAY = 0.5
-RECONNECT_MAX_DELAY = 30.0
 
 
 class RedisDown(RetryQueueError, redis.ConnectionError):
@@ -303,8 +301,8 @@ class WritePath:
         queue.client.ping()
         writes = spool.take()
         outcomes: list[tuple[Write, Outcome]] = []
-        for start in range(0, len(writes), REPLAY_BATCH):
-            chunk = writes[start : start + REPLAY_BATCH]
+        for start in range(0, len(writes), QUEUE_BATCH):
+            chunk = writes[start : start + QUEUE_BATCH]
             try:
                 outcomes += zip(chunk, self._apply(chunk), strict=True)
             except CONNECTION_ERRORS:
