@@ -27,6 +27,7 @@ from scrapy.utils.misc import load_object
 from . import defaults
 from .exceptions import ConfigError
 from .policy import Policy, PolicyTable
+from .scrapycompat import ScrapyRetry, read_scrapy_retry
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -77,6 +78,13 @@ class Config:
     #: Scrapy's RETRY_GIVE_UP_LOG_LEVEL when the project set it: the level of a
     #: retryable failure's dead letter; None: the queue's own levels.
     give_up_log_level: int | None
+    #: RETRY_TIMES whoever set it (Scrapy's default 2): the cap once a callback
+    #: counted retries itself with get_retry_request().
+    scrapy_retry_times: int
+    #: Kinds RETRYQUEUE_POLICIES names: RETRY_TIMES does not cap them.
+    own_policy_kinds: frozenset[str]
+    #: RETRY_* values honoured differently, said once at start (scrapycompat.py).
+    notices: tuple[str, ...]
 
 
 def raw_setting(settings: Any, name: str) -> Any:
@@ -138,7 +146,7 @@ def bool_setting(settings: Any, name: str) -> bool:
     raise ConfigError(f"{name} must be True or False, got {value!r}")
 
 
-def _policies(settings: Any) -> PolicyTable:
+def _policies(settings: Any, scrapy_retry: ScrapyRetry) -> PolicyTable:
     name = "RETRYQUEUE_POLICIES"
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
@@ -146,6 +154,7 @@ def _policies(settings: Any) -> PolicyTable:
     policies: dict[str, Policy] = {}
     for kind in defaults.POLICY_KINDS:
         base = Policy.from_dict(defaults.POLICIES[kind], where=f"defaults[{kind!r}]")
+        base = base.merged(scrapy_retry.policies.get(kind, {}), where="RETRY_* settings")
         policies[kind] = base.merged(user.get(kind, {}), where=f"{name}[{kind!r}]")
     unknown = set(user) - set(defaults.POLICY_KINDS)
     if unknown:
@@ -183,12 +192,17 @@ def _policies(settings: Any) -> PolicyTable:
     return PolicyTable(policies, per_domain, retry_after_max=float(retry_after_max))
 
 
-def _status_kinds(settings: Any) -> dict[int, str]:
+def _status_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[int, str]:
     name = "RETRYQUEUE_STATUS_KINDS"
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of HTTP status -> kind, got {user!r}")
     merged = dict(defaults.STATUS_KINDS)
+    for code, scrapy_kind in scrapy_retry.status_kinds.items():
+        if scrapy_kind is None:
+            merged.pop(code, None)
+        else:
+            merged[code] = scrapy_kind
     for status, kind in user.items():
         try:
             code = int(status)
@@ -207,13 +221,13 @@ def _status_kinds(settings: Any) -> dict[int, str]:
     return merged
 
 
-def _exception_kinds(settings: Any) -> dict[type, str]:
+def _exception_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[type, str]:
     name = "RETRYQUEUE_EXCEPTION_KINDS"
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of exception class path -> kind, got {user!r}")
     resolved: dict[type, str] = {}
-    for path, kind in defaults.EXCEPTION_KINDS.items():
+    for path, kind in {**defaults.EXCEPTION_KINDS, **scrapy_retry.exception_kinds}.items():
         try:
             resolved[load_object(path)] = kind
         except (ImportError, AttributeError, NameError):
@@ -323,6 +337,12 @@ def load_config(settings: Any) -> Config:
             f"RETRYQUEUE_LEASE_TIME ({lease}) must be at least 3 x RETRYQUEUE_POLL_INTERVAL "
             f"({poll}), so leases are renewed before they expire"
         )
+    scrapy_retry = read_scrapy_retry(settings)
+    priority_adjust = number_setting(
+        settings, "RETRYQUEUE_PRIORITY_ADJUST", minimum=-(10**9), whole=True
+    )
+    if scrapy_retry.priority_adjust is not None:
+        priority_adjust = scrapy_retry.priority_adjust
     cooldown_base = number_setting(settings, "RETRYQUEUE_COOLDOWN_BASE", strict=True)
     cooldown_max = number_setting(settings, "RETRYQUEUE_COOLDOWN_MAX", strict=True)
     if cooldown_max < cooldown_base:
@@ -336,17 +356,15 @@ def load_config(settings: Any) -> Config:
         redis_cluster=bool_setting(settings, "RETRYQUEUE_REDIS_CLUSTER"),
         spool_memory=number_setting(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
         spool_max=number_setting(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),
-        policy_table=_policies(settings),
-        status_kinds=_status_kinds(settings),
-        exception_kinds=_exception_kinds(settings),
+        policy_table=_policies(settings, scrapy_retry),
+        status_kinds=_status_kinds(settings, scrapy_retry),
+        exception_kinds=_exception_kinds(settings, scrapy_retry),
         poll_interval=float(poll),
         lease_time=float(lease),
         max_in_flight=int(max_in_flight),
         idle_timeout=float(number_setting(settings, "RETRYQUEUE_IDLE_TIMEOUT")),
         max_reclaims=number_setting(settings, "RETRYQUEUE_MAX_RECLAIMS", whole=True),
-        priority_adjust=number_setting(
-            settings, "RETRYQUEUE_PRIORITY_ADJUST", minimum=-(10**9), whole=True
-        ),
+        priority_adjust=int(priority_adjust),
         node_id=node_id,
         events_maxlen=number_setting(settings, "RETRYQUEUE_EVENTS_MAXLEN", minimum=1, whole=True),
         audit_log=_optional_str(settings, "RETRYQUEUE_AUDIT_LOG"),
@@ -369,8 +387,16 @@ def load_config(settings: Any) -> Config:
             if raw_setting(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT") in (None, "")
             else float(number_setting(settings, "RETRYQUEUE_DEFERRAL_MAX_WAIT", strict=True))
         ),
-        retry_times=None,
-        give_up_log_level=None,
+        retry_times=scrapy_retry.retry_times,
+        scrapy_retry_times=settings.getint("RETRY_TIMES", 2) if hasattr(settings, "getint") else 2,
+        give_up_log_level=scrapy_retry.give_up_log_level,
+        own_policy_kinds=frozenset(
+            str(k)
+            for k in _maybe_json(
+                "RETRYQUEUE_POLICIES", raw_setting(settings, "RETRYQUEUE_POLICIES")
+            )
+        ),
+        notices=tuple(scrapy_retry.notices),
     )
 
 

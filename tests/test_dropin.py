@@ -91,6 +91,18 @@ def test_a_callbacks_get_retry_request_count_goes_on(tmp_path: Path) -> None:
     assert not _plan(runtime, request, SERVER_ERROR).decision.retry
 
 
+def test_get_retry_request_in_a_callback_stops_where_stock_scrapy_stops(tmp_path: Path) -> None:
+    # No max_retry_times anywhere: Scrapy's RETRY_TIMES (default 2) caps a
+    # request once its callback counted a retry itself.
+    runtime = _runtime(tmp_path)
+    request = _retried(runtime, {"server_error": 1}, retry_times=2)
+    assert not _plan(runtime, request, SERVER_ERROR).decision.retry
+    # Without the callback's count, the kind's own budget (5) applies.
+    assert _plan(
+        runtime, _retried(runtime, {"server_error": 1}, retry_times=1), SERVER_ERROR
+    ).decision.retry
+
+
 def test_deferrals_use_no_retry_budget(tmp_path: Path) -> None:
     assert retries_so_far({"deferred": 4, "timeout": 1}, {}) == 1
 
@@ -225,3 +237,110 @@ def test_a_parked_callback_error_is_logged_once_with_its_traceback_and_counted(
     assert _stat(runtime, "spider_exceptions/count") == 2
     assert _stat(runtime, "spider_exceptions/ValueError") == 2
     assert [f.value.args[0] for f in errors] == ["no title on the page"] * 2
+
+
+# -- Scrapy's RETRY_* settings -----------------------------------------------------------
+
+
+def _config(**settings: Any) -> Any:
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+
+    return load_config(Settings(settings, priority="project"))
+
+
+def test_scrapys_defaults_change_nothing() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+
+    config = load_config(Settings())
+    assert config.notices == ()
+    assert config.retry_times is None and config.priority_adjust == 0
+    assert config.policy_table.policy_for("server_error").max_retries == 5
+
+
+def test_retry_times_is_the_budget_of_the_kinds_retryqueue_policies_leaves_alone() -> None:
+    config = _config(RETRY_TIMES=1, RETRYQUEUE_POLICIES={"timeout": {"base_delay": 1}})
+    assert config.policy_table.policy_for("server_error").max_retries == 1
+    assert config.policy_table.policy_for("connection").max_retries == 1
+    assert config.policy_table.policy_for("timeout").max_retries == 5
+    assert config.retry_times == 1
+
+
+def test_retry_times_caps_retries_over_every_kind_but_not_retryqueues_own(tmp_path: Path) -> None:
+    runtime = _runtime(tmp_path, RETRY_TIMES=1, RETRYQUEUE_POLICIES={"timeout": {"base_delay": 1}})
+    assert not _plan(runtime, _retried(runtime, {"timeout": 1}), SERVER_ERROR).decision.retry
+    assert _plan(runtime, _retried(runtime, {"server_error": 1}), TIMEOUT).decision.retry
+
+
+def test_retry_enabled_false_retries_no_download_and_says_so() -> None:
+    config = _config(RETRY_ENABLED=False)
+    for kind in ("timeout", "connection", "dns", "rate_limited", "server_error", "unknown"):
+        assert not config.policy_table.policy_for(kind).retry, kind
+    assert config.policy_table.policy_for("parse").retry
+    [notice] = config.notices
+    assert "RETRY_ENABLED = False" in notice and "dead letters" in notice
+
+
+def test_retry_http_codes_adds_and_removes_statuses() -> None:
+    config = _config(
+        RETRY_HTTP_CODES=[500, 503, 520], RETRYQUEUE_STATUS_KINDS={502: "server_error"}
+    )
+    assert config.status_kinds[520] == "server_error"
+    assert config.status_kinds[503] == "server_error"
+    assert 504 not in config.status_kinds and 429 not in config.status_kinds
+    assert config.status_kinds[502] == "server_error"  # RETRYQUEUE_* wins
+    assert config.status_kinds[404] == "not_found"  # never a retry code: untouched
+
+
+def test_retry_http_codes_with_a_permanent_status_retries_it_and_says_so() -> None:
+    config = _config(RETRY_HTTP_CODES=[404, 500])
+    assert config.status_kinds[404] == "server_error"
+    assert any("404" in n and "not_found" in n for n in config.notices)
+
+
+def test_retry_exceptions_adds_an_exception_and_names_what_it_leaves_out() -> None:
+    config = _config(
+        RETRY_EXCEPTIONS=["builtins.LookupError", "twisted.internet.error.TimeoutError"]
+    )
+    assert config.exception_kinds[LookupError] == "connection"
+    [notice] = config.notices
+    assert notice.startswith("RETRY_EXCEPTIONS leaves out") and "DNSLookupError" in notice
+
+
+def test_retry_priority_adjust_and_give_up_log_level_are_honoured() -> None:
+    config = _config(RETRY_PRIORITY_ADJUST=-3, RETRY_GIVE_UP_LOG_LEVEL="WARNING")
+    assert config.priority_adjust == -3
+    assert config.give_up_log_level == logging.WARNING
+    assert any("applied once" in n for n in config.notices)
+    assert _config(RETRY_PRIORITY_ADJUST=-3, RETRYQUEUE_PRIORITY_ADJUST=2).priority_adjust == 2
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("RETRY_TIMES", "many", "RETRY_TIMES must be a whole number >= 0, got 'many'"),
+        ("RETRY_HTTP_CODES", ["5xx"], "RETRY_HTTP_CODES must be a list of HTTP statuses"),
+        (
+            "RETRY_EXCEPTIONS",
+            ["no.such.Error"],
+            "RETRY_EXCEPTIONS entry 'no.such.Error' does not import",
+        ),
+        ("RETRY_GIVE_UP_LOG_LEVEL", "LOUD", "RETRY_GIVE_UP_LOG_LEVEL must be a logging level"),
+    ],
+)
+def test_a_bad_retry_setting_names_itself(setting: str, value: Any, message: str) -> None:
+    from scrapy_retryqueue.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("'", "'")):
+        _config(**{setting: value})
+
+
+def test_notices_are_logged_once_as_warnings_at_start(tmp_path: Path, caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING):
+        _runtime(tmp_path, RETRY_ENABLED=False)
+    assert [r.levelno for r in caplog.records if "RETRY_ENABLED" in r.getMessage()] == [
+        logging.WARNING
+    ]

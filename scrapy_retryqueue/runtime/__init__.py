@@ -107,6 +107,8 @@ class RetryQueueRuntime:
             # A bad setting stops the crawl before it fetches anything.
             logger.error("scrapy-retryqueue: %s", exc)
             raise
+        for notice in self.config.notices:
+            logger.warning("scrapy-retryqueue: %s", notice)
         self.reporter = Reporter(crawler, self.config)
         self.writes = WritePath(self.config, self.reporter)
         self.breaker = DomainBreaker(self.config, self.writes, self.reporter)

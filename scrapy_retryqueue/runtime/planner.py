@@ -252,11 +252,14 @@ class Planner:
                 )
             )
             cap = None
-        if cap is None:
+        done = retries_so_far(attempts, meta)
+        if cap is None and decision.kind not in self.config.own_policy_kinds:
             cap = self.config.retry_times
+            if cap is None and done > retries_so_far(attempts, {}):
+                # A callback counted retries with get_retry_request(): Scrapy's cap holds.
+                cap = self.config.scrapy_retry_times
         if cap is None:
             return decision, False
-        done = retries_so_far(attempts, meta)
         if done < cap:
             return decision, False
         return (

@@ -1,0 +1,180 @@
+"""Scrapy's RETRY_* settings, as a project sets them, mapped onto the queue's own.
+
+A project that enables the add-on keeps the meaning of what it wrote for
+Scrapy's RetryMiddleware. Only values the project set count (any priority
+above Scrapy's defaults); a RETRYQUEUE_* setting always wins over its RETRY_*
+counterpart. Where a value cannot be honoured exactly, a notice says what
+happens instead; the runtime logs each one once, as a WARNING, at start.
+The mapping is documented in docs/coming-from-retry.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy.utils.misc import load_object
+
+from . import defaults
+from .exceptions import ConfigError
+
+#: The kinds a download failure can have: what RETRY_ENABLED and RETRY_TIMES cover.
+DOWNLOAD_KINDS = tuple(k for k in defaults.RETRYABLE_KINDS if k not in ("parse", "storage")) + (
+    defaults.UNKNOWN_KIND,
+)
+
+
+def project_set(settings: Any, name: str) -> bool:
+    """True when the project (settings.py, a spider, the command line) set *name*."""
+    getpriority = getattr(settings, "getpriority", None)
+    if getpriority is None:  # a plain dict: whatever it holds was set on purpose
+        return name in settings
+    return (getpriority(name) or 0) > 0
+
+
+@dataclass(slots=True)
+class ScrapyRetry:
+    """What a project's RETRY_* settings ask of the queue."""
+
+    #: Kind -> policy fields to merge over the defaults, for kinds that
+    #: RETRYQUEUE_POLICIES does not name.
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: HTTP status -> kind (None: not a failure), for statuses that
+    #: RETRYQUEUE_STATUS_KINDS does not name.
+    status_kinds: dict[int, str | None] = field(default_factory=dict)
+    #: Exception class path -> kind, for classes RETRYQUEUE_EXCEPTION_KINDS does not name.
+    exception_kinds: dict[str, str] = field(default_factory=dict)
+    priority_adjust: int | None = None
+    give_up_log_level: int | None = None
+    #: RETRY_TIMES: a cap on all retries of a request, over every kind.
+    retry_times: int | None = None
+    #: What could not be honoured exactly, and what happens instead.
+    notices: list[str] = field(default_factory=list)
+
+
+def _user_keys(settings: Any, name: str) -> set[Any]:
+    value = settings.get(name)
+    return set(value) if isinstance(value, Mapping) else set()
+
+
+def read_scrapy_retry(settings: Any) -> ScrapyRetry:
+    result = ScrapyRetry()
+    own_policies = {str(k) for k in _user_keys(settings, "RETRYQUEUE_POLICIES")}
+    free_kinds = [k for k in DOWNLOAD_KINDS if k not in own_policies]
+
+    if project_set(settings, "RETRY_ENABLED") and not settings.getbool("RETRY_ENABLED"):
+        for kind in free_kinds:
+            result.policies[kind] = {"retry": False}
+        result.notices.append(
+            "RETRY_ENABLED = False: failed downloads are not retried; they are still kept "
+            "as dead letters (kinds " + ", ".join(free_kinds) + "), and callback (parse) "
+            "and item (storage) failures are still retried"
+        )
+
+    if project_set(settings, "RETRY_TIMES"):
+        times = settings.get("RETRY_TIMES")
+        if isinstance(times, bool) or not isinstance(times, (int, str)) or not str(times).isdigit():
+            raise ConfigError(f"RETRY_TIMES must be a whole number >= 0, got {times!r}")
+        result.retry_times = int(times)
+        for kind in free_kinds:
+            result.policies.setdefault(kind, {})["max_retries"] = int(times)
+
+    if project_set(settings, "RETRY_HTTP_CODES"):
+        _map_http_codes(settings, result)
+
+    if project_set(settings, "RETRY_EXCEPTIONS"):
+        _map_exceptions(settings, result)
+
+    if project_set(settings, "RETRY_PRIORITY_ADJUST") and not project_set(
+        settings, "RETRYQUEUE_PRIORITY_ADJUST"
+    ):
+        try:
+            result.priority_adjust = int(settings.get("RETRY_PRIORITY_ADJUST"))
+        except (TypeError, ValueError):
+            raise ConfigError(
+                "RETRY_PRIORITY_ADJUST must be a whole number, "
+                f"got {settings.get('RETRY_PRIORITY_ADJUST')!r}"
+            ) from None
+        result.notices.append(
+            f"RETRY_PRIORITY_ADJUST = {result.priority_adjust}: applied once when a request "
+            "first fails, not again on each retry"
+        )
+
+    if project_set(settings, "RETRY_GIVE_UP_LOG_LEVEL"):
+        value = settings.get("RETRY_GIVE_UP_LOG_LEVEL")
+        level = logging.getLevelName(value.upper()) if isinstance(value, str) else value
+        if not isinstance(level, int) or isinstance(level, bool):
+            raise ConfigError(
+                f"RETRY_GIVE_UP_LOG_LEVEL must be a logging level like 'ERROR', got {value!r}"
+            )
+        result.give_up_log_level = level
+    return result
+
+
+def _map_http_codes(settings: Any, result: ScrapyRetry) -> None:
+    try:
+        codes = {int(code) for code in settings.getlist("RETRY_HTTP_CODES")}
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"RETRY_HTTP_CODES must be a list of HTTP statuses, got {settings.get('RETRY_HTTP_CODES')!r}"
+        ) from None
+    own = {int(s) for s in _user_keys(settings, "RETRYQUEUE_STATUS_KINDS") if str(s).isdigit()}
+    retried = {
+        status
+        for status, kind in defaults.STATUS_KINDS.items()
+        if kind not in defaults.PERMANENT_KINDS
+    }
+    for status in sorted(codes - retried - own):
+        if not 100 <= status <= 599:
+            raise ConfigError(f"RETRY_HTTP_CODES holds {status!r}, not an HTTP status (100-599)")
+        if defaults.STATUS_KINDS.get(status) in defaults.PERMANENT_KINDS:
+            # A 404 or 403 the project retries: as the status table's kind
+            # would dead-letter it, retry it as a server error.
+            result.notices.append(
+                f"RETRY_HTTP_CODES includes {status}: retried as server_error instead of "
+                f"being dead-lettered as {defaults.STATUS_KINDS[status]}"
+            )
+        result.status_kinds[status] = "server_error"
+    for status in sorted(retried - codes - own):
+        result.status_kinds[status] = None
+
+
+def _map_exceptions(settings: Any, result: ScrapyRetry) -> None:
+    listed: list[type] = []
+    for entry in settings.getlist("RETRY_EXCEPTIONS"):
+        try:
+            cls = load_object(entry) if isinstance(entry, str) else entry
+        except (ImportError, AttributeError, NameError, ValueError) as exc:
+            raise ConfigError(f"RETRY_EXCEPTIONS entry {entry!r} does not import: {exc}") from None
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise ConfigError(f"RETRY_EXCEPTIONS entry {entry!r} is not an exception class")
+        listed.append(cls)
+    own = {str(k) for k in _user_keys(settings, "RETRYQUEUE_EXCEPTION_KINDS")}
+    table: dict[type, str] = {}
+    for path, kind in defaults.EXCEPTION_KINDS.items():
+        try:
+            table[load_object(path)] = kind
+        except (ImportError, AttributeError, NameError):
+            continue
+    for cls in listed:
+        path = f"{cls.__module__}.{cls.__qualname__}"
+        if path in own or any(issubclass(cls, known) for known in table):
+            continue
+        # Retried, as Scrapy would: a failure of the connection is the closest kind.
+        result.exception_kinds[path] = "connection"
+    dropped = sorted(
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls, kind in table.items()
+        if kind not in defaults.PERMANENT_KINDS
+        and not any(issubclass(cls, wanted) or issubclass(wanted, cls) for wanted in listed)
+        and f"{cls.__module__}.{cls.__qualname__}" not in own
+    )
+    if dropped:
+        result.notices.append(
+            "RETRY_EXCEPTIONS leaves out exceptions the queue retries by default ("
+            + ", ".join(dropped)
+            + "); they are still retried by their kind's policy: to stop that, map them in "
+            "RETRYQUEUE_EXCEPTION_KINDS or turn their kinds off in RETRYQUEUE_POLICIES"
+        )
