@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from .waiting import wait_for
+
 FLAKY_SITE = Path(__file__).resolve().parents[1] / "example_project" / "flaky_site.py"
 READY_TIMEOUT = 10.0
 SLOW = 0.5
@@ -352,10 +354,7 @@ def test_slow_response_does_not_block_others(start_site: Callable[..., Site]) ->
     thread = threading.Thread(target=slow_request, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 2
-        while not slow_site.log():
-            assert time.monotonic() < deadline, "slow request never arrived"
-            time.sleep(0.02)
+        wait_for(slow_site.log, "the slow request to arrive", timeout=2)
         assert slow_site.log()[0]["status"] == 200
 
         reply = slow_site.page(first_page("ok"))
@@ -522,10 +521,7 @@ def test_run_in_process() -> None:
         daemon=True,
     )
     thread.start()
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not ready:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: ready, "the in-process site to listen", timeout=READY_TIMEOUT)
     server = ready[0]
     try:
         conn = http.client.HTTPConnection(server.host, server.port, timeout=5)
