@@ -4,6 +4,8 @@ namespaces.
 Every test that touches Redis gets its own spider name, so its keys live in a
 namespace of their own and are deleted when it ends: tests run in any order,
 and in parallel, against one server.
+
+Every test gets exactly one tier marker here: unit, integration or e2e (tests/tiers.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
 from .servers import RedisServer
+from .tiers import mark_tiers
 from .waiting import wait_for
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -40,6 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if scrapy.version_info < (2, 14) and not is_reactor_installed():
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects tests by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_tiers(items)
 
 
 # -- Redis -------------------------------------------------------------------------
