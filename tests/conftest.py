@@ -28,6 +28,7 @@ from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
+from .reactorthread import ReactorThread
 from .servers import RedisServer
 from .tiers import mark_tiers
 from .waiting import wait_for
@@ -36,12 +37,12 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Scrapy 2.13's test helpers (get_crawler) refuse to run without an installed
-    # reactor; 2.14 and newer do not need one, and get none here.
-    import scrapy
+    # The asyncio reactor, as in a crawl: the in-process component tests run it
+    # (reactor_thread), and Scrapy 2.13's test helpers (get_crawler) refuse to run
+    # without an installed reactor.
     from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
-    if scrapy.version_info < (2, 14) and not is_reactor_installed():
+    if not is_reactor_installed():
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 
 
@@ -106,6 +107,16 @@ def redis_cluster_url() -> Iterator[str]:
         for node in nodes:
             node.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def reactor_thread() -> Iterator[ReactorThread]:
+    """The Twisted reactor, running on a thread for the rest of the session
+    (it cannot be restarted); ``reactor_thread.run(fn, *args)`` runs *fn* there."""
+    thread = ReactorThread()
+    thread.start()
+    yield thread
+    thread.stop()
 
 
 @pytest.fixture
