@@ -1,11 +1,12 @@
 # The two commands a newcomer needs:
 #   make demo   run the example crawl against the bundled flaky site
 #   make test   run the whole test suite (starts Redis/PostgreSQL if they are not running)
+# and, to run one tier of it: make test-unit | test-integration | test-e2e
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-unit test-integration test-e2e lint bench clean
 
 $(STAMP): pyproject.toml setup.cfg
 	python3 -m venv $(VENV)
@@ -22,6 +23,23 @@ test: install
 	bash scripts/ensure-services
 	$(PY) -m ruff check scrapy_retryqueue tests example_project benchmarks
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# One tier each (tests/conftest.py marks every test unit, integration or e2e).
+# The unit tier needs no server: it runs with the servers' URLs on a closed
+# port, so a unit test that talks to Redis or PostgreSQL fails here.
+CLOSED_SERVERS := RETRYQUEUE_TEST_REDIS_URL=redis://127.0.0.1:1/0 \
+	RETRYQUEUE_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:1/none
+
+test-unit: install
+	$(CLOSED_SERVERS) $(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+test-integration: install
+	bash scripts/ensure-services
+	$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+test-e2e: install
+	bash scripts/ensure-services
+	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # Benchmarks (not tests): writes docs/benchmarks.md; about ten minutes on 2 cores.
 bench: install

@@ -1,16 +1,17 @@
-"""Shared fixtures: the real Redis the tests run against, and per-test namespaces.
+"""Shared fixtures: the real Redis and PostgreSQL the tests run against, and per-test
+namespaces.
 
 Every test that touches Redis gets its own spider name, so its keys live in a
 namespace of their own and are deleted when it ends: tests run in any order,
 and in parallel, against one server.
+
+Every test gets exactly one tier marker here: unit, integration or e2e (tests/tiers.py).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,17 +28,30 @@ from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
+from .reactorthread import ReactorThread
+from .servers import RedisServer
+from .tiers import mark_tiers
+from .waiting import wait_for
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Scrapy 2.13's test helpers (get_crawler) refuse to run without an installed
-    # reactor; 2.14 and newer do not need one, and get none here.
-    import scrapy
+    # The asyncio reactor, as in a crawl: the in-process component tests run it
+    # (reactor_thread), and Scrapy 2.13's test helpers (get_crawler) refuse to run
+    # without an installed reactor.
     from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
-    if scrapy.version_info < (2, 14) and not is_reactor_installed():
+    if not is_reactor_installed():
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects tests by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+
+
+# -- Redis -------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -61,74 +75,48 @@ def redis_url() -> str:
     return url
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) != 0
-
-
-def _free_cluster_ports(count: int) -> list[int]:
-    # A cluster node also listens on its port + 10000 (the cluster bus).
-    ports: list[int] = []
-    while len(ports) < count:
-        port = random.randint(20000, 29999)
-        if port not in ports and _port_is_free(port) and _port_is_free(port + 10000):
-            ports.append(port)
-    return ports
-
-
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """A local three-master Redis Cluster on its own ports, for this session only."""
-    server = shutil.which("redis-server")
     cli = shutil.which("redis-cli")
-    if server is None or cli is None:
+    if cli is None:
         pytest.fail("redis-server and redis-cli are needed: run `bash scripts/ensure-services`")
     workdir = Path(tempfile.mkdtemp(prefix="retryqueue-cluster-"))
-    ports = _free_cluster_ports(3)
-    nodes = []
-    for port in ports:
-        node_dir = workdir / str(port)
-        node_dir.mkdir()
-        nodes.append(
-            subprocess.Popen(
-                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes"]
-                + ["--cluster-config-file", "nodes.conf", "--dir", str(node_dir)]
-                + ["--save", "", "--appendonly", "no", "--logfile", "redis.log"],
-                stdout=subprocess.DEVNULL,
-            )
-        )
+    nodes: list[RedisServer] = []
     try:
-        for port in ports:
-            _wait_for(lambda p=port: not _port_is_free(p), f"cluster node on port {port}")
+        for n in range(3):
+            node = RedisServer(
+                workdir / f"node{n}",
+                *("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
+                *("--save", "", "--appendonly", "no"),
+            )
+            nodes.append(node)
+            node.start()  # a free port (and its cluster bus port + 10000) or another try
         subprocess.run(
-            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
+            [cli, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in nodes)]
             + ["--cluster-replicas", "0", "--cluster-yes"],
             check=True,
             capture_output=True,
             timeout=60,
         )
-        probe = redis.Redis(port=ports[0])
-        _wait_for(lambda: probe.cluster("info")["cluster_state"] == "ok", "the cluster to be ready")
+        probe = redis.Redis(port=nodes[0].port)
+        wait_for(lambda: probe.cluster("info")["cluster_state"] == "ok", "the cluster to be ready")
         probe.close()
-        yield f"redis://127.0.0.1:{ports[0]}/0"
+        yield nodes[0].url
     finally:
         for node in nodes:
-            node.terminate()
-        for node in nodes:
-            node.wait(10)
+            node.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
+@pytest.fixture(scope="session")
+def reactor_thread() -> Iterator[ReactorThread]:
+    """The Twisted reactor, running on a thread for the rest of the session
+    (it cannot be restarted); ``reactor_thread.run(fn, *args)`` runs *fn* there."""
+    thread = ReactorThread()
+    thread.start()
+    yield thread
+    thread.stop()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,9 @@ from scrapy_retryqueue.keys import keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 
+from .servers import PortTaken, listens_as, start_on_free_port
 from .storecli import scrapy
+from .waiting import wait_for
 
 TOKEN = "s3cret-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -489,31 +490,42 @@ def test_a_store_that_does_not_answer(redis_url: str) -> None:
 
 
 def test_the_command_serves_the_dashboard(tmp_path: Path, dashboard_data: dict[str, Any]) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     settings = dashboard_data["settings"]
-    command = [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "dashboard"]
-    command += ["--port", str(port), "--redis-url", settings["RETRYQUEUE_REDIS_URL"]]
-    command += ["--database-url", settings["RETRYQUEUE_DATABASE_URL"]]
     env = {**os.environ, "RETRYQUEUE_DASHBOARD_TOKEN": TOKEN}
-    server = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    try:
+
+    def serve(port: int) -> tuple[int, subprocess.Popen[str]]:
+        command = [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "dashboard"]
+        command += ["--port", str(port), "--redis-url", settings["RETRYQUEUE_REDIS_URL"]]
+        command += ["--database-url", settings["RETRYQUEUE_DATABASE_URL"]]
+        server = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
         assert server.stderr is not None
-        line = server.stderr.readline()
-        assert line.strip() == f"dashboard on http://127.0.0.1:{port}/ (actions need the token)"
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}/api/overview?spider={dashboard_data['spider']}",
-                    timeout=5,
-                ) as reply:
-                    overview = json.load(reply)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the dashboard did not answer"
-                time.sleep(0.1)
+        try:
+            line = server.stderr.readline()
+            assert line.strip() == f"dashboard on http://127.0.0.1:{port}/ (actions need the token)"
+            # Started once this process listens on the port; it exits when the port is taken.
+            wait_for(
+                lambda: server.poll() is not None or listens_as(server.pid, port),
+                "the dashboard to listen",
+                timeout=15,
+            )
+            if server.poll() is not None:
+                error = server.stderr.read()
+                if "address already in use" in error.lower():
+                    raise PortTaken(port)
+                pytest.fail(f"the dashboard exited ({server.returncode}): {error}")
+        except BaseException:
+            server.kill()
+            server.wait(10)
+            raise
+        return port, server
+
+    port, server = start_on_free_port(serve, "the dashboard command")
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/overview?spider={dashboard_data['spider']}",
+            timeout=5,
+        ) as reply:
+            overview = json.load(reply)
         assert overview["totals"]["pending"] == 2
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/api/actions/retry_now",

@@ -6,7 +6,6 @@ status change once a crawl has run it. Screenshots go to test-artifacts/.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,17 +21,12 @@ from scrapy_retryqueue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 
 from .crawling import ROOT, crawl, flaky_site
+from .waiting import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 TOKEN = "e2e-token-0123456789"
 LONG = {"base_delay": 3600, "max_delay": 3600}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
@@ -41,20 +35,18 @@ def dashboard_server() -> Iterator[Callable[[dict[str, Any]], str]]:
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
     def start(settings: dict[str, Any]) -> str:
-        port = _free_port()
         app = create_app(
             {**settings, "RETRYQUEUE_DASHBOARD_TOKEN": TOKEN, "RETRYQUEUE_DASHBOARD_REFRESH": 1}
         )
         server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+            # Port 0: uvicorn binds a free port itself, read back once it listens.
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         servers.append((server, thread))
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "the dashboard did not start"
-            time.sleep(0.05)
+        wait_for(lambda: server.started, "the dashboard to start", timeout=10)
+        port = server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
     yield start

@@ -22,6 +22,9 @@ import redis
 
 from scrapy_retryqueue import embedded
 
+# Every test starts (or runs the commands of) a real valkey server.
+pytestmark = pytest.mark.integration
+
 
 def _alive(pid: int) -> bool:
     """True while *pid* runs (a zombie waiting to be reaped counts as gone)."""

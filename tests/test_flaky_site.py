@@ -25,12 +25,17 @@ from typing import Any
 
 import pytest
 
+from .waiting import wait_for
+
 FLAKY_SITE = Path(__file__).resolve().parents[1] / "example_project" / "flaky_site.py"
 READY_TIMEOUT = 10.0
 SLOW = 0.5
 RETRY_AFTER = 7
 PAGES = 40
 READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)\n")
+
+# The site's tests start the site (a local HTTP server); its pure mapping is marked unit.
+pytestmark = pytest.mark.integration
 
 
 def _load_flaky_site() -> ModuleType:
@@ -163,6 +168,7 @@ def assert_framed(reply: Reply) -> None:
 # -- the pure mapping --------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_cycle_has_twenty_slots_in_the_agreed_proportion() -> None:
     counts = Counter(flaky_site.SCENARIOS)
     assert len(flaky_site.SCENARIOS) == 20
@@ -184,6 +190,7 @@ def test_cycle_has_twenty_slots_in_the_agreed_proportion() -> None:
     assert set(counts) < mixes
 
 
+@pytest.mark.unit
 def test_the_bench_mix_is_20_percent_429s_and_10_percent_503s() -> None:
     cycle = [flaky_site.scenario_for(n, "bench") for n in range(1000)]
     assert Counter(cycle) == {"ok": 700, "rate_limited_thrice": 200, "server_error_twice": 100}
@@ -195,6 +202,7 @@ def test_the_bench_mix_is_20_percent_429s_and_10_percent_503s() -> None:
     assert answers == [429, 429, 429, 200]
 
 
+@pytest.mark.unit
 def test_cycle_is_interleaved() -> None:
     first_half = flaky_site.SCENARIOS[:10]
     assert flaky_site.SCENARIOS[0] == "ok"
@@ -202,6 +210,7 @@ def test_cycle_is_interleaved() -> None:
     assert len(set(first_half)) > 5
 
 
+@pytest.mark.unit
 def test_scenario_for_repeats_the_cycle() -> None:
     for n in range(60):
         assert flaky_site.scenario_for(n) == flaky_site.SCENARIOS[n % 20]
@@ -209,6 +218,7 @@ def test_scenario_for_repeats_the_cycle() -> None:
         flaky_site.scenario_for(-1)
 
 
+@pytest.mark.unit
 def test_plan_for_knows_every_scenario() -> None:
     for scenario in flaky_site.EXPECTED:
         plan = flaky_site.plan_for(scenario, 1, slow=SLOW, retry_after=RETRY_AFTER)
@@ -352,10 +362,7 @@ def test_slow_response_does_not_block_others(start_site: Callable[..., Site]) ->
     thread = threading.Thread(target=slow_request, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 2
-        while not slow_site.log():
-            assert time.monotonic() < deadline, "slow request never arrived"
-            time.sleep(0.02)
+        wait_for(slow_site.log, "the slow request to arrive", timeout=2)
         assert slow_site.log()[0]["status"] == 200
 
         reply = slow_site.page(first_page("ok"))
@@ -522,10 +529,7 @@ def test_run_in_process() -> None:
         daemon=True,
     )
     thread.start()
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not ready:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: ready, "the in-process site to listen", timeout=READY_TIMEOUT)
     server = ready[0]
     try:
         conn = http.client.HTTPConnection(server.host, server.port, timeout=5)

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -27,6 +24,8 @@ from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
 from .crawling import Site, flaky_site, read_crawl, start_crawl
+from .servers import RedisServer
+from .waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,14 +46,6 @@ FAST_POLICIES = {
     kind: {"base_delay": 0.3, "max_delay": 2}
     for kind in ("timeout", "connection", "rate_limited", "server_error", "parse")
 }
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def events_of(client: redis.Redis, spider: str, kind: str) -> list[dict[str, str]]:
@@ -131,8 +122,10 @@ def test_kill_9_of_one_node_loses_no_task_and_only_its_held_tasks_run_twice(
             }
 
         # Kill node-1 while it holds leases and after the fleet got going.
-        wait_until(lambda: len(events_of(client, namespace, "succeeded")) >= 30, "progress")
-        wait_until(lambda: bool(held_by("node-1")), "node-1 to hold leases")
+        wait_for(
+            lambda: len(events_of(client, namespace, "succeeded")) >= 30, "progress", timeout=30
+        )
+        wait_for(lambda: bool(held_by("node-1")), "node-1 to hold leases", timeout=30)
         victim, _ = nodes[1]
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
@@ -181,7 +174,9 @@ def test_graceful_shutdown_releases_claimed_tasks_at_once(
             "RETRYQUEUE_NODE_ID": "leaving",
         }
         process, _ = start_crawl(site.url, namespace, tmp_path, settings, "-a", "index=false")
-        wait_until(lambda: client.hlen(keys.owners) == 8, "the node to claim a full batch")
+        wait_for(
+            lambda: client.hlen(keys.owners) == 8, "the node to claim a full batch", timeout=30
+        )
         process.send_signal(signal.SIGINT)  # Ctrl-C
         process.wait(60)
         assert process.returncode == 0
@@ -200,45 +195,19 @@ def test_graceful_shutdown_releases_claimed_tasks_at_once(
     client.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None], Callable[[], None]]]:
-    """A Redis of this test's own, with appendonly, that the test can stop and start."""
-    server = shutil.which("redis-server")
-    assert server, "redis-server is needed: run `bash scripts/ensure-services`"
-    port = _free_port()
-    data = tmp_path / "redis-data"
-    data.mkdir()
-    command = [
-        *(server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data)),
+    """A Redis of this test's own, with appendonly, that the test can stop and start:
+    its URL, stop() and start() (on the same port)."""
+    server = RedisServer(
+        tmp_path / "redis-data",
         *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
-    ]
-    state: dict[str, subprocess.Popen[bytes] | None] = {"process": None}
-
-    def start() -> None:
-        state["process"] = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        probe = redis.Redis(port=port)
-        wait_until(lambda: _pings(probe), "the test's Redis to answer")
-        probe.close()
-
-    def stop() -> None:
-        process = state["process"]
-        assert process is not None
-        process.terminate()
-        process.wait(10)
-        state["process"] = None
-
-    start()
+    )
+    server.start()
     try:
-        yield f"redis://127.0.0.1:{port}/0", stop, start
+        yield server.url, server.stop, server.start
     finally:
-        if state["process"] is not None:
-            stop()
+        server.stop()
 
 
 def _pings(client: redis.Redis) -> bool:
@@ -267,9 +236,17 @@ def test_a_redis_restart_mid_crawl_loses_nothing(
         }
         process, out = start_crawl(site.url, spider, tmp_path, settings)
         events = keys_for(spider).events
-        wait_until(lambda: _pings(client) and client.xlen(events) >= 40, "retries to start")
+        wait_for(
+            lambda: _pings(client) and client.xlen(events) >= 40, "retries to start", timeout=30
+        )
         stop_redis()
-        time.sleep(3)  # the crawl goes on without Redis meanwhile
+        # The crawl notices, and goes on without Redis: the site serves more pages.
+        log = out.with_suffix(".log")
+        wait_for(lambda: "Redis is unreachable" in log.read_text(), "the crawl to notice")
+        served = len(site.get_json("/__log"))
+        wait_for(
+            lambda: len(site.get_json("/__log")) >= served + 20, "the crawl to go on without Redis"
+        )
         start_redis()
         process.wait(180)
         crawl = read_crawl(out, process.returncode, process.stderr.read() if process.stderr else "")

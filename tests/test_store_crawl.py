@@ -1,16 +1,16 @@
 """Real crawls with the store writer: every final failure ends in the database.
 
 One crawl writes to PostgreSQL while the PostgreSQL server is stopped and
-started again in the middle of it: nothing may be lost. Another uses the
-zero-setup default, SQLite under the embedded dir.
+started again in the middle of it: nothing may be lost. That server is a
+private one the test starts (tests/servers.py), never the shared one other
+test runs use. Another crawl uses the zero-setup default, SQLite under the
+embedded dir.
 """
 
 from __future__ import annotations
 
-import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
 
 from .crawling import Site, crawl, flaky_site, read_crawl, start_crawl
+from .servers import PostgresServer
+from .waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -50,39 +52,15 @@ RECOVERED = {
 }
 
 
-def pg_ctl(action: str) -> None:
-    version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action, *(
-            ["-m", "fast"] if action == "stop" else []
-        )],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-
-
-def pg_answers() -> bool:
-    return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"], check=False).returncode == 0
-
-
 @pytest.fixture
-def restart_postgres() -> Iterator[Callable[[], None]]:
-    """Stops PostgreSQL when called; it is always started again (and waited for) after."""
-    if not Path("/etc/postgresql").is_dir():
-        pytest.fail("this test stops and starts the local PostgreSQL with pg_ctlcluster")
-
-    def stop() -> None:
-        pg_ctl("stop")
-
+def private_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own, which the test stops and starts; removed after."""
+    server = PostgresServer()
     try:
-        yield stop
+        server.start()
+        yield server
     finally:
-        if not pg_answers():
-            pg_ctl("start")
-        deadline = time.monotonic() + 30
-        while not pg_answers() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        server.remove()
 
 
 @pytest.fixture
@@ -132,13 +110,9 @@ def check_rows(
 
 
 def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
-    new_pg_database: Callable[[], str],
-    redis_url: str,
-    namespace: str,
-    tmp_path: Path,
-    restart_postgres: Callable[[], None],
+    private_postgres: PostgresServer, redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    database = new_pg_database()
+    database = private_postgres.url
     store = Store(database)
     store.upgrade()
     settings = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_DATABASE_URL": database}
@@ -146,28 +120,25 @@ def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
     # events to write) for several seconds after the writer's first batch.
     with flaky_site(pages=300, slow=1.5, retry_after=1, latency=0.3) as site:
         process, out = start_crawl(site.url, namespace, tmp_path, settings)
+        log = out.with_suffix(".log")
         try:
             # Wait until the writer has written something, then take the database away.
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not stored(store, namespace):
-                time.sleep(0.1)
-            assert stored(store, namespace), "the writer wrote nothing"
+            wait_for(lambda: stored(store, namespace), "the writer to write", timeout=30)
             store.engine.dispose()
-            restart_postgres()
-            down_at = time.monotonic()
+            private_postgres.stop()
             events = redis.Redis.from_url(redis_url)
             length = events.xlen(keys_for(namespace).events)
-            # The crawl goes on and its events wait in Redis (at least 4 s down,
-            # longer on a slow machine until the crawl has written more events).
-            while time.monotonic() - down_at < 4 or (
-                events.xlen(keys_for(namespace).events) == length
-                and time.monotonic() - down_at < 20
-            ):
-                time.sleep(0.2)
+            # The writer notices, and the crawl goes on: its events wait in Redis.
+            wait_for(
+                lambda: "cannot be written" in log.read_text(), "the writer to notice the outage"
+            )
+            wait_for(
+                lambda: events.xlen(keys_for(namespace).events) > length,
+                "the crawl to write events while the database is down",
+            )
             assert process.poll() is None, "the crawl stopped with the database"
-            assert events.xlen(keys_for(namespace).events) > length
             events.close()
-            pg_ctl("start")
+            private_postgres.start()
             _, stderr = process.communicate(timeout=120)
         finally:
             if process.poll() is None:

@@ -354,7 +354,7 @@ def test_entries_a_dead_consumer_read_are_taken_over(
     crashed = EventStream(queue.client, queue.keys.spider, consumer="crashed-node")
     length = queue.client.xlen(queue.keys.events)
     assert len(crashed.read_new(100, 0)) == length  # read, then the node died
-    time.sleep(0.02)
+    time.sleep(0.02)  # the scenario: the entries stay idle longer than claim_idle
     sync = make_sync(consumer="survivor", claim_idle=0.01)
     result = sync.drain()
     assert result.claimed == result.events == length

@@ -1,0 +1,371 @@
+"""The add-on, the middlewares and the extension in-process, as Scrapy tests its own.
+
+Each test builds a crawler with Scrapy's test helpers (``get_crawler``,
+``build_from_crawler``), opens the components with the ``spider_opened``
+signal, hands them Scrapy's own ``Request`` / ``Response`` objects, and
+checks what a user can see: the exception or response they return, the
+crawl's stats, what is in Redis, the log. No subprocess, no log parsing, and
+nothing private of the package: these tests hold across internal redesigns.
+
+The components run on the session's reactor thread (``reactor_thread``), as
+in a crawl; the real Redis holds their writes, in a namespace of each test's
+own (``spider_name``). The engine is a stand-in that records what the
+extension re-injects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import scrapy
+from scrapy import signals
+from scrapy.crawler import Crawler
+from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.http import HtmlResponse, Request, Response
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+from twisted.internet.error import TimeoutError as TwistedTimeoutError
+from twisted.python.failure import Failure
+
+from scrapy_retryqueue import (
+    Addon,
+    ConfigError,
+    PermanentFailure,
+    RequestParked,
+    RetryQueueExtension,
+    RetryQueueMiddleware,
+    RetryQueueSpiderMiddleware,
+)
+from scrapy_retryqueue.keys import keys_for
+
+from .reactorthread import ReactorThread
+from .waiting import wait_for
+
+#: Retries due almost at once, so a test sees one come back.
+FAST = {"base_delay": 0.05, "max_delay": 0.1}
+#: Retries due in an hour: parked, and not re-injected while the test runs.
+LATER = {"base_delay": 3600, "max_delay": 3600}
+PAGE = "http://shop.test/page/1"
+
+
+class ComponentSpider(scrapy.Spider):
+    name = "components"  # replaced by the test's own name (spider_name)
+
+    def parse(self, response: Response) -> Any:
+        return None
+
+
+class RecordingEngine:
+    """Stands in for the crawl's engine: records the requests re-injected into it."""
+
+    def __init__(self) -> None:
+        self.crawled: list[Request] = []
+
+    def crawl(self, request: Request) -> None:
+        self.crawled.append(request)
+
+
+@dataclass
+class Running:
+    """One crawler's retry-queue components, opened as at the start of a crawl."""
+
+    crawler: Crawler
+    spider: scrapy.Spider
+    engine: RecordingEngine
+    middleware: RetryQueueMiddleware
+    spider_middleware: RetryQueueSpiderMiddleware
+    extension: RetryQueueExtension
+    reactor: ReactorThread
+
+    def stat(self, name: str) -> Any:
+        assert self.crawler.stats is not None
+        return self.crawler.stats.get_value(name)
+
+    def wait_stat(self, name: str, value: Any) -> None:
+        wait_for(lambda: self.stat(name) == value, f"stats[{name!r}] == {value!r}", timeout=10)
+
+    def response(self, request: Request, status: int) -> Any:
+        """What process_response makes of *request* answered with *status*."""
+        answer = Response(request.url, status=status, request=request)
+        return self.reactor.run(self.middleware.process_response, request=request, response=answer)
+
+    def exception(self, request: Request, exception: Exception) -> Any:
+        return self.reactor.run(
+            self.middleware.process_exception, request=request, exception=exception
+        )
+
+    def callback_error(self, request: Request, exception: Exception) -> Any:
+        """What the spider middleware makes of *exception* raised by the callback."""
+        page = HtmlResponse(request.url, body=b"<html></html>", request=request)
+        return self.reactor.run(
+            self.spider_middleware.process_spider_exception, response=page, exception=exception
+        )
+
+
+async def _send(crawler: Crawler, signal: object, **kwargs: Any) -> None:
+    """Send a signal as the engine does; a handler's failure fails the test."""
+    manager = crawler.signals
+    if hasattr(manager, "send_catch_log_async"):
+        results = await manager.send_catch_log_async(signal, **kwargs)
+    else:  # Scrapy < 2.13
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        results = await maybe_deferred_to_future(manager.send_catch_log_deferred(signal, **kwargs))
+    for receiver, result in results:
+        if isinstance(result, Failure):
+            raise AssertionError(f"{receiver} failed") from result.value
+
+
+def _settings(tmp_path: Path, **settings: Any) -> dict[str, Any]:
+    return {
+        "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path / "embedded"),
+        "RETRYQUEUE_NODE_ID": "components",
+        "RETRYQUEUE_POLL_INTERVAL": 0.1,
+        # Dead letters stay in Redis, where these tests read them.
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "LOGSTATS_INTERVAL": 0,
+        **settings,
+    }
+
+
+@pytest.fixture
+def open_components(
+    reactor_thread: ReactorThread, redis_url: str, spider_name: str, tmp_path: Path
+) -> Iterator[Callable[..., Running]]:
+    """``open_components(**settings)``: the components of a new crawler, opened;
+    closed (spider_closed) at the end of the test, so their worker thread stops."""
+    opened: list[Running] = []
+
+    def open_(**settings: Any) -> Running:
+        spidercls = type("ComponentSpider", (ComponentSpider,), {"name": spider_name})
+        crawler = get_crawler(
+            spidercls, _settings(tmp_path, RETRYQUEUE_REDIS_URL=redis_url, **settings)
+        )
+        running = Running(
+            crawler=crawler,
+            spider=spidercls.from_crawler(crawler),
+            engine=RecordingEngine(),
+            middleware=build_from_crawler(RetryQueueMiddleware, crawler),
+            spider_middleware=build_from_crawler(RetryQueueSpiderMiddleware, crawler),
+            extension=build_from_crawler(RetryQueueExtension, crawler),
+            reactor=reactor_thread,
+        )
+        crawler.spider = running.spider
+        crawler.engine = running.engine  # type: ignore[assignment]
+        reactor_thread.run(_send, crawler, signals.spider_opened, spider=running.spider)
+        opened.append(running)
+        return running
+
+    yield open_
+    for running in opened:
+        reactor_thread.run(
+            _send,
+            running.crawler,
+            signals.spider_closed,
+            spider=running.spider,
+            reason="finished",
+        )
+
+
+def _envelope(client: redis.Redis, key: str, task_id: str) -> dict[str, Any]:
+    raw = client.hget(key, task_id)
+    assert raw is not None, f"no envelope of {task_id} in {key}"
+    return json.loads(raw)
+
+
+# -- the add-on ------------------------------------------------------------------------
+
+
+def _enabled(manager_cls: Any, crawler: Crawler) -> list[type]:
+    """The classes of the components Scrapy builds for *crawler*, as a crawl would."""
+    return [type(mw) for mw in manager_cls.from_crawler(crawler).middlewares]
+
+
+def test_the_addon_swaps_scrapys_retry_middleware_for_ours(tmp_path: Path) -> None:
+    from scrapy.core.downloader.middleware import DownloaderMiddlewareManager
+    from scrapy.core.spidermw import SpiderMiddlewareManager
+
+    crawler = get_crawler(ComponentSpider, _settings(tmp_path, ADDONS={Addon: 0}))
+    downloader = _enabled(DownloaderMiddlewareManager, crawler)
+    assert RetryQueueMiddleware in downloader
+    assert RetryMiddleware not in downloader
+    assert RetryQueueSpiderMiddleware in _enabled(SpiderMiddlewareManager, crawler)
+    assert RetryQueueExtension in [type(ext) for ext in crawler.extensions.middlewares]
+
+
+def test_a_disabled_addon_leaves_scrapys_retry_middleware(tmp_path: Path) -> None:
+    from scrapy.core.downloader.middleware import DownloaderMiddlewareManager
+    from scrapy.core.spidermw import SpiderMiddlewareManager
+
+    crawler = get_crawler(
+        ComponentSpider, _settings(tmp_path, ADDONS={Addon: 0}, RETRYQUEUE_ENABLED=False)
+    )
+    downloader = _enabled(DownloaderMiddlewareManager, crawler)
+    assert RetryMiddleware in downloader
+    assert RetryQueueMiddleware not in downloader
+    assert RetryQueueSpiderMiddleware not in _enabled(SpiderMiddlewareManager, crawler)
+    assert RetryQueueExtension not in [type(ext) for ext in crawler.extensions.middlewares]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("RETRYQUEUE_POLL_INTERVAL", -1),
+        ("RETRYQUEUE_POLICIES", {"timout": {}}),
+        ("RETRYQUEUE_REDIS_URL", "http://cache:6379"),
+    ],
+)
+def test_a_bad_setting_is_one_error_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, setting: str, value: Any
+) -> None:
+    caplog.set_level(logging.INFO)
+    with pytest.raises(ConfigError, match=setting):
+        get_crawler(ComponentSpider, _settings(tmp_path, ADDONS={Addon: 0}, **{setting: value}))
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert setting in errors[0].getMessage()
+
+
+# -- the downloader middleware -------------------------------------------------------------
+
+
+def test_a_503_is_parked_as_a_server_error(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": LATER})
+    request = Request(PAGE)
+    with pytest.raises(RequestParked) as parked:
+        running.response(request, 503)
+    assert parked.value.kind == "server_error"
+    running.wait_stat("retryqueue/scheduled", 1)
+    assert running.stat("retryqueue/scheduled/server_error") == 1
+    keys = keys_for(spider_name)
+    envelope = _envelope(redis_client, keys.tasks, parked.value.task_id)
+    assert envelope["request"]["url"] == PAGE
+    assert envelope["attempts"] == {"server_error": 1}
+    assert redis_client.zscore(keys.due, parked.value.task_id) is not None
+
+
+def test_a_404_is_dead_lettered_and_the_response_goes_on(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components()
+    request = Request(PAGE)
+    answer = running.response(request, 404)
+    assert isinstance(answer, Response) and answer.status == 404
+    running.wait_stat("retryqueue/dead/not_found", 1)
+    keys = keys_for(spider_name)
+    (task_id,) = redis_client.zrange(keys.dead, 0, -1)
+    envelope = _envelope(redis_client, keys.deadtasks, task_id.decode())
+    assert envelope["request"]["url"] == PAGE
+    assert envelope["dead_kind"] == "not_found"
+    assert redis_client.hlen(keys.tasks) == 0
+
+
+def test_a_200_passes_through_untouched(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components()
+    request = Request(PAGE)
+    answer = Response(PAGE, status=200, request=request)
+    result = running.reactor.run(
+        running.middleware.process_response, request=request, response=answer
+    )
+    assert result is answer
+    keys = keys_for(spider_name)
+    assert redis_client.hlen(keys.tasks) == redis_client.zcard(keys.dead) == 0
+    assert running.stat("retryqueue/scheduled") is None
+
+
+def test_a_timeout_is_parked_as_a_timeout(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"timeout": LATER})
+    with pytest.raises(RequestParked) as parked:
+        running.exception(Request(PAGE), TwistedTimeoutError())
+    assert parked.value.kind == "timeout"
+    running.wait_stat("retryqueue/scheduled/timeout", 1)
+    envelope = _envelope(redis_client, keys_for(spider_name).tasks, parked.value.task_id)
+    assert envelope["request"]["url"] == PAGE
+
+
+def test_dont_retry_leaves_the_failure_alone(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components()
+    request = Request(PAGE, meta={"dont_retry": True})
+    answer = running.response(request, 503)
+    assert isinstance(answer, Response) and answer.status == 503
+    assert running.exception(request, TwistedTimeoutError()) is None
+    keys = keys_for(spider_name)
+    assert redis_client.hlen(keys.tasks) == redis_client.zcard(keys.dead) == 0
+    assert running.stat("retryqueue/scheduled") is None
+    assert running.stat("retryqueue/dead") is None
+
+
+# -- the spider middleware ---------------------------------------------------------------
+
+
+def test_a_callback_error_becomes_a_parse_retry(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"parse": LATER})
+    request = Request(PAGE, callback=running.spider.parse)
+    assert running.callback_error(request, ValueError("no title on the page")) == []
+    running.wait_stat("retryqueue/scheduled/parse", 1)
+    keys = keys_for(spider_name)
+    (task_id,) = redis_client.hkeys(keys.tasks)
+    envelope = _envelope(redis_client, keys.tasks, task_id.decode())
+    assert envelope["request"]["url"] == PAGE
+    assert envelope["last_error"]["kind"] == "parse"
+    assert "no title on the page" in envelope["last_error"]["message"]
+
+
+def test_permanent_failure_in_a_callback_is_a_rule_dead_letter(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components()
+    request = Request(PAGE, callback=running.spider.parse)
+    # Not swallowed: Scrapy goes on to log the callback's exception as usual.
+    assert running.callback_error(request, PermanentFailure("out of scope")) is None
+    running.wait_stat("retryqueue/dead/rule", 1)
+    keys = keys_for(spider_name)
+    (task_id,) = redis_client.zrange(keys.dead, 0, -1)
+    envelope = _envelope(redis_client, keys.deadtasks, task_id.decode())
+    assert envelope["dead_kind"] == "rule"
+    assert envelope["last_error"]["message"] == "out of scope"
+    assert redis_client.hlen(keys.tasks) == 0
+
+
+# -- the extension ---------------------------------------------------------------------------
+
+
+def test_a_due_retry_is_reinjected_and_its_success_acks_it(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": FAST})
+    with pytest.raises(RequestParked) as parked:
+        running.response(Request(PAGE), 503)
+    wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
+    (again,) = running.engine.crawled
+    assert again.url == PAGE
+    assert again.dont_filter  # the dupefilter saw this URL already
+    running.wait_stat("retryqueue/reinjected", 1)
+    keys = keys_for(spider_name)
+    assert redis_client.zscore(keys.leased, parked.value.task_id) is not None
+    # The retry succeeds: its task is done and leaves Redis.
+    assert running.response(again, 200).status == 200
+    running.wait_stat("retryqueue/recovered", 1)
+    wait_for(
+        lambda: not redis_client.hexists(keys.tasks, parked.value.task_id),
+        "the task to be acked",
+        timeout=10,
+    )
+    assert redis_client.zcard(keys.due) == redis_client.zcard(keys.leased) == 0
