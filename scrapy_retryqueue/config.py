@@ -40,6 +40,10 @@ class Config:
     enabled: bool
     #: None means: use the embedded server.
     redis_url: str | None
+    #: The setting *redis_url* came from, for error lines.
+    redis_url_setting: str
+    start_without_redis: bool
+    wait_log_interval: float
     redis_cluster: bool
     spool_memory: int
     spool_max: int
@@ -274,6 +278,17 @@ def redis_url_from_settings(settings: Any) -> str | None:
     return url
 
 
+def redis_url_setting_name(settings: Any) -> str:
+    """Which setting names the Redis the crawl uses (see :func:`redis_url_from_settings`)."""
+    if settings.get("RETRYQUEUE_REDIS_URL"):
+        return "RETRYQUEUE_REDIS_URL"
+    if settings.get("REDIS_URL"):
+        return "REDIS_URL"
+    if settings.get("REDIS_HOST") or settings.get("REDIS_PORT"):
+        return "REDIS_HOST/REDIS_PORT"
+    return "RETRYQUEUE_EMBEDDED_DIR"
+
+
 def redact_url(url: str) -> str:
     """*url* with any password replaced, for logs and error messages."""
     try:
@@ -353,6 +368,11 @@ def load_config(settings: Any) -> Config:
     return Config(
         enabled=bool_setting(settings, "RETRYQUEUE_ENABLED"),
         redis_url=redis_url_from_settings(settings),
+        redis_url_setting=redis_url_setting_name(settings),
+        start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
+        wait_log_interval=float(
+            number_setting(settings, "RETRYQUEUE_WAIT_LOG_INTERVAL", strict=True)
+        ),
         redis_cluster=bool_setting(settings, "RETRYQUEUE_REDIS_CLUSTER"),
         spool_memory=number_setting(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
         spool_max=number_setting(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),

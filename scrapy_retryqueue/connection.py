@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -46,3 +47,17 @@ def client_for(
         retry=Retry(ExponentialBackoff(), 0),
     )
     return client, url
+
+
+def check_reachable(url: str, *, cluster: bool, timeout: float) -> None:
+    """Raise the client's error when the Redis at *url* does not answer within *timeout* s."""
+    if cluster:
+        client: Any = RedisCluster.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+    else:
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        client.ping()
+    finally:
+        client.close()

@@ -185,6 +185,8 @@ RECONNECT_MAX_DELAY = 30.0
 REDIS_SOCKET_TIMEOUT = 10
 REDIS_CONNECT_TIMEOUT = 5
 REDIS_HEALTH_CHECK_INTERVAL = 30
+#: How long the start of a crawl waits for its Redis to answer, seconds.
+REDIS_START_TIMEOUT = 3
 #: scrapy-redis's own defaults for REDIS_HOST / REDIS_PORT, used when a project
 #: sets only one of them.
 SCRAPY_REDIS_HOST = "localhost"
@@ -255,6 +257,12 @@ SETTINGS: dict[str, Any] = {
     #: Longest a task may wait on its domain's cooldowns, seconds from its first
     #: failure; past it, a rate_limited dead letter. None: no limit.
     "RETRYQUEUE_DEFERRAL_MAX_WAIT": None,
+    #: Start the crawl even when Redis does not answer at start: failures wait in
+    #: the local spool until it does. False: the crawl stops at once (exit 1).
+    "RETRYQUEUE_START_WITHOUT_REDIS": False,
+    #: While an idle spider waits for pending retries, say so every this many
+    #: seconds (as Scrapy's LOGSTATS_INTERVAL does for pages).
+    "RETRYQUEUE_WAIT_LOG_INTERVAL": 60.0,
     #: A storage failure (item_error) re-runs the item pipelines for that item
     #: when due, without downloading the page again, when the item is JSON.
     "RETRYQUEUE_ITEM_REPLAY": False,
@@ -278,6 +286,10 @@ SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"
 TRANSIENT_META_KEYS = frozenset(
     {"download_latency", "download_slot", "download_timeout_reached", META_TASK}
 )
+
+#: The finish_reason of a crawl that closed with retries pending or writes
+#: spooled (as Scrapy's closespider_* reasons name why a crawl ended).
+FINISH_REASON_WORK_LEFT = "retryqueue_work_left"
 
 #: Middleware orders: where Scrapy's RetryMiddleware sits, and close to the spider.
 DOWNLOADER_MIDDLEWARE_ORDER = 550

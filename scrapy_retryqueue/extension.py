@@ -16,13 +16,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
 from .classify import failure_for_kind
-from .defaults import META_ITEM, MIN_POLL_INTERVAL
+from .defaults import FINISH_REASON_WORK_LEFT, META_ITEM, MIN_POLL_INTERVAL
 from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
 from .runtime import PollResult, RetryQueueRuntime, runtime_for
 
@@ -49,6 +49,8 @@ class RetryQueueExtension:
         #: runtime.writes.writes when the poll that read _counts started.
         self._counts_writes = -1
         self._closing = False
+        #: When the next "waiting for retries" line is due (time.time()).
+        self._next_wait_log = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueExtension:
@@ -75,13 +77,9 @@ class RetryQueueExtension:
             # Its claims must be known before the node releases what it holds.
             await maybe_deferred_to_future(self._ticking)
         await self.runtime.close()
-        if self._counts is not None and (self._counts.due or self._counts.leased):
-            logger.info(
-                "scrapy-retryqueue: %d retr%s still pending; the next crawl of %r resumes them",
-                self._counts.due + self._counts.leased,
-                "y" if self._counts.due + self._counts.leased == 1 else "ies",
-                spider.name,
-            )
+        self.runtime.reporter.summary()
+        pending = 0 if self._counts is None else self._counts.due + self._counts.leased
+        self.runtime.left_behind(pending, reason)
 
     # -- polling -------------------------------------------------------------
 
@@ -140,6 +138,7 @@ class RetryQueueExtension:
         self._counts_writes = writes_seen
         if result.claimed.tasks:
             self._idle_since = None
+            self._next_wait_log = 0.0
         if self._closing:
             return  # claimed while the spider closes: held only to be released
         for task_id, raw in result.claimed.tasks:
@@ -194,15 +193,22 @@ class RetryQueueExtension:
         )
         if now - self._idle_since >= timeout or far:
             logger.info(
-                "scrapy-retryqueue: closing with %d retr%s pending (next due in %s)%s; "
-                "RETRYQUEUE_IDLE_TIMEOUT=%ss bounds the wait; the next crawl resumes them",
-                pending,
-                "y" if pending == 1 else "ies",
-                "-" if next_due is None else f"{max(0.0, next_due / 1000 - now):.0f}s",
-                " and Redis unreachable" if runtime.down else "",
+                "scrapy-retryqueue: closing with work left (%s); RETRYQUEUE_IDLE_TIMEOUT=%ss "
+                "bounds the wait",
+                "the next retry is due after that bound" if far else "the wait ran out",
                 timeout,
             )
-            return
+            # What is left, where, and how to resume it: said by spider_closed.
+            raise CloseSpider(FINISH_REASON_WORK_LEFT)
+        if (waiting_for_redis or not stale) and now >= self._next_wait_log:
+            self._next_wait_log = now + self.config.wait_log_interval
+            logger.info(
+                "scrapy-retryqueue: waiting for %s; next due in %s; the crawl waits at most "
+                "%.0fs more (RETRYQUEUE_IDLE_TIMEOUT), then leaves the rest for the next crawl",
+                "Redis to answer" if waiting_for_redis else _retries(pending),
+                "-" if next_due is None else f"{max(0.0, next_due / 1000 - now):.0f}s",
+                max(0.0, timeout - (now - self._idle_since)),
+            )
         raise DontCloseSpider
 
     # -- other signals -------------------------------------------------------
@@ -277,3 +283,7 @@ REPLAY_FLAG = "retryqueue_replay"
 
 def _is_replay(response: Any) -> bool:
     return REPLAY_FLAG in (getattr(response, "flags", None) or ())
+
+
+def _retries(count: int) -> str:
+    return f"{count} pending retr{'y' if count == 1 else 'ies'}"

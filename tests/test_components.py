@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,3 +370,96 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
         timeout=10,
     )
     assert redis_client.zcard(keys.due) == redis_client.zcard(keys.leased) == 0
+
+
+def _idle(running: Running) -> str:
+    """What the extension says when the spider goes idle: close, keep open, or close early."""
+    from scrapy.exceptions import CloseSpider, DontCloseSpider
+
+    def idle() -> str:
+        try:
+            running.extension.spider_idle(running.spider)
+        except DontCloseSpider:
+            return "keep open"
+        except CloseSpider as exc:
+            return f"close: {exc.reason}"
+        return "close"
+
+    return running.reactor.run(idle)
+
+
+def test_an_idle_spider_waiting_for_retries_says_so(
+    open_components: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    running = open_components(
+        RETRYQUEUE_POLICIES={"server_error": LATER}, RETRYQUEUE_IDLE_TIMEOUT=7200
+    )
+    with pytest.raises(RequestParked):
+        running.response(Request(PAGE), 503)
+
+    def said() -> bool:
+        assert _idle(running) == "keep open"
+        return any("waiting for 1 pending retry" in r.getMessage() for r in caplog.records)
+
+    wait_for(said, "the waiting line", timeout=10)
+    [line] = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    # Jittered, between half and all of the hour.
+    assert 1799 <= int(re.search(r"next due in (\d+)s", line).group(1)) <= 3600
+    assert "waits at most 7200s more (RETRYQUEUE_IDLE_TIMEOUT)" in line
+    # Said again only after RETRYQUEUE_WAIT_LOG_INTERVAL (60 s by default).
+    assert _idle(running) == "keep open"
+    assert len([r for r in caplog.records if "waiting for" in r.getMessage()]) == 1
+
+
+def test_a_crawl_that_closes_with_retries_pending_says_why_and_what_is_left(
+    open_components: Callable[..., Running], caplog: pytest.LogCaptureFixture, spider_name: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    running = open_components(
+        RETRYQUEUE_POLICIES={"server_error": LATER}, RETRYQUEUE_IDLE_TIMEOUT=600
+    )
+    with pytest.raises(RequestParked):
+        running.response(Request(PAGE), 503)
+    # Due in an hour, beyond the 10 minutes the crawl may wait: it closes now.
+    wait_for(
+        lambda: _idle(running) == "close: retryqueue_work_left", "the close reason", timeout=10
+    )
+    running.reactor.run(
+        _send,
+        running.crawler,
+        signals.spider_closed,
+        spider=running.spider,
+        reason="retryqueue_work_left",
+    )
+    assert running.stat("retryqueue/left/pending") == 1
+    [last] = [r.getMessage() for r in caplog.records if "pending retry in Redis" in r.getMessage()]
+    assert f"retryqueue:{{{spider_name}}}:due" in last
+    assert f"run the same crawl of spider '{spider_name}' again to resume them" in last
+    assert "server_error" in caplog.text and "retries by kind" in caplog.text
+
+
+def test_an_unreachable_redis_stops_the_crawl_at_start_naming_the_setting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from scrapy_retryqueue.startup import StartError
+
+    caplog.set_level(logging.INFO)
+    with pytest.raises(StartError):
+        get_crawler(
+            ComponentSpider,
+            _settings(tmp_path, ADDONS={Addon: 0}, RETRYQUEUE_REDIS_URL="redis://127.0.0.1:1/3"),
+        )
+    [error] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "Redis at redis://127.0.0.1:1/3 (RETRYQUEUE_REDIS_URL) does not answer" in error
+    assert "RETRYQUEUE_START_WITHOUT_REDIS" in error
+    # Opting in builds the crawler: failures will wait in the spool.
+    get_crawler(
+        ComponentSpider,
+        _settings(
+            tmp_path,
+            ADDONS={Addon: 0},
+            RETRYQUEUE_REDIS_URL="redis://127.0.0.1:1/3",
+            RETRYQUEUE_START_WITHOUT_REDIS=True,
+        ),
+    )

@@ -114,7 +114,7 @@ def test_retry_queue_recovers_every_transient_failure_and_stock_scrapy_does_not(
     assert ours.returncode == 0, ours.log[-3000:]
     # It closed on its own, because nothing was pending, not by the idle bound.
     assert "'finish_reason': 'finished'" in ours.log
-    assert "retries pending" not in ours.log
+    assert "closing with work left" not in ours.log
     assert elapsed < 120, f"the crawl took {elapsed:.0f}s"
 
     # Every healthy or transient page parsed exactly once.
@@ -212,7 +212,11 @@ def test_a_second_run_resumes_retries_left_pending_by_the_first(site: Site, tmp_
     try:
         first = crawl(site.url, spider, tmp_path, settings)
         assert first.returncode == 0, first.log[-3000:]
-        assert "retries pending" in first.log
+        # It says what it left, where, and how to resume it; so do its stats.
+        assert "'finish_reason': 'retryqueue_work_left'" in first.log
+        assert "pending retries in Redis" in first.log
+        assert f"run the same crawl of spider '{spider}' again to resume them" in first.log
+        assert "'retryqueue/left/pending': " in first.log
         scenarios = site.get_json("/__scenarios")
         parse_pages = {
             site.url + path for path, info in scenarios.items() if info["scenario"] == "parse_once"

@@ -222,9 +222,15 @@ def test_the_audit_log_has_one_json_line_per_event(glue: dict[str, Any]) -> None
             "RETRYQUEUE_POLICIES names unknown kind(s) ['timout']",
         ),
         ("RETRYQUEUE_REDIS_URL", "http://cache:6379", "RETRYQUEUE_REDIS_URL must be a redis://"),
+        (
+            "RETRYQUEUE_REDIS_URL",
+            "redis://127.0.0.1:1/12",
+            "Redis at redis://127.0.0.1:1/12 (RETRYQUEUE_REDIS_URL) does not answer",
+        ),
     ],
 )
 def test_a_bad_setting_stops_the_crawl_naming_it(setting: str, value: str, message: str) -> None:
+    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "scrapy.cmdline", "crawl", "flaky", "-s", f"{setting}={value}"],
         cwd=ROOT / "example_project",
@@ -232,10 +238,38 @@ def test_a_bad_setting_stops_the_crawl_naming_it(setting: str, value: str, messa
         text=True,
         timeout=60,
     )
-    assert done.returncode != 0
-    assert message in done.stderr
+    assert done.returncode == 1
+    assert time.monotonic() - started < 30
+    # One ERROR line that says it all, and no traceback after it.
+    [error] = [line for line in done.stderr.splitlines() if " ERROR: " in line]
+    assert message in error
+    assert "Traceback" not in done.stderr
     # It stopped before fetching anything.
     assert "Crawled" not in done.stderr
+
+
+def test_an_unreachable_redis_at_start_can_be_crawled_through_on_the_spool(
+    tmp_path: Path,
+) -> None:
+    from .crawling import crawl, flaky_site
+
+    with flaky_site(pages=5) as site:
+        done = crawl(
+            site.url,
+            f"spool{uuid.uuid4().hex[:6]}",
+            tmp_path,
+            {
+                "RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:1/12",
+                "RETRYQUEUE_START_WITHOUT_REDIS": True,
+                "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path / "embedded"),
+                "RETRYQUEUE_IDLE_TIMEOUT": 2,
+                "RETRYQUEUE_STORE_ENABLED": False,
+            },
+        )
+    assert done.returncode == 0, done.log[-3000:]
+    assert "Redis is unreachable" in done.log
+    assert "'finish_reason': 'retryqueue_work_left'" in done.log
+    assert "write(s) Redis did not take, kept in" in done.log
 
 
 def test_listing_the_components_by_hand_works_like_the_add_on(

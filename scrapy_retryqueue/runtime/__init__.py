@@ -24,12 +24,13 @@ from weakref import WeakKeyDictionary
 from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
-from ..config import Config, config_for
+from ..config import Config, config_for, redact_url
 from ..defaults import MALFORMED_KIND, POISON_KIND
 from ..domains import DomainCooldowns
 from ..envelope import malformed_envelope
 from ..exceptions import ConfigError, RequestParked
 from ..queue import Write
+from ..startup import mark_logged
 from ..values import now_ms
 from .breaker import DomainBreaker
 from .leases import Leases, PollResult
@@ -83,14 +84,50 @@ _RUNTIMES: WeakKeyDictionary[Crawler, RetryQueueRuntime] = WeakKeyDictionary()
 
 
 def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
-    """The crawler's runtime, created on first use; NotConfigured when disabled."""
+    """The crawler's runtime, created on first use; NotConfigured when disabled.
+
+    The first call also checks that the queue's Redis answers (or starts the
+    embedded server): Scrapy ends a crawl with a non-zero exit status only when
+    building its components fails, so this is where a crawl that cannot keep
+    its failures must stop.
+    """
     runtime = _RUNTIMES.get(crawler)
     if runtime is None:
         runtime = RetryQueueRuntime(crawler)
+        if runtime.config.enabled:
+            preflight(runtime.config)
         _RUNTIMES[crawler] = runtime
     if not runtime.config.enabled:
         raise NotConfigured("RETRYQUEUE_ENABLED is False")
     return runtime
+
+
+def preflight(config: Config) -> None:
+    """Stop the crawl with one error line when its Redis cannot be reached at start."""
+    from ..connection import check_reachable, embedded_dir
+    from ..defaults import REDIS_START_TIMEOUT
+    from ..exceptions import EmbeddedServerError
+    from ..startup import stop_at_start
+
+    if config.redis_url is None:
+        from .. import embedded
+
+        try:
+            embedded.ensure_server(embedded_dir(config.embedded_dir))
+        except EmbeddedServerError as exc:
+            stop_at_start(f"the embedded Redis-compatible server cannot start: {exc}")
+        return
+    if config.start_without_redis:
+        return  # an outage at start is spooled like any other
+    try:
+        check_reachable(config.redis_url, cluster=config.redis_cluster, timeout=REDIS_START_TIMEOUT)
+    except (*CONNECTION_ERRORS, OSError) as exc:
+        stop_at_start(
+            f"Redis at {redact_url(config.redis_url)} ({config.redis_url_setting}) does not "
+            f"answer ({exc}); the crawl stops before it fetches anything. Fix the address, or "
+            "set RETRYQUEUE_START_WITHOUT_REDIS = True to crawl anyway and keep failures in "
+            "the local spool until Redis answers"
+        )
 
 
 def runtime_if_any(crawler: Crawler) -> RetryQueueRuntime | None:
@@ -104,9 +141,10 @@ class RetryQueueRuntime:
         try:
             self.config: Config = config_for(crawler)
         except ConfigError as exc:
-            # A bad setting stops the crawl before it fetches anything.
+            # A bad setting stops the crawl before it fetches anything, with
+            # this one line and no traceback after it.
             logger.error("scrapy-retryqueue: %s", exc)
-            raise
+            raise mark_logged(exc) from None
         for notice in self.config.notices:
             logger.warning("scrapy-retryqueue: %s", notice)
         self.reporter = Reporter(crawler, self.config)
@@ -183,6 +221,36 @@ class RetryQueueRuntime:
         finally:
             if not self.closed.called:
                 self.closed.callback(None)
+
+    def left_behind(self, pending: int, reason: str) -> None:
+        """The crawl's last lines when it closes with work left: how much, where, how to resume."""
+        writes = self.writes
+        spooled = writes.left_in_spool
+        if not (pending or spooled):
+            return
+        name = self.spider.name if self.spider is not None else "?"
+        self.reporter.count("retryqueue/left/pending", pending)
+        self.reporter.count("retryqueue/left/spooled", spooled)
+        if pending:
+            queue = writes.queue.keys.due if writes.queue is not None else ""
+            logger.warning(
+                "scrapy-retryqueue: closing (%s) with %s in Redis (%s at %s); "
+                "run the same crawl of spider %r again to resume them",
+                reason,
+                _retries(pending),
+                queue,
+                redact_url(writes.redis_url or ""),
+                name,
+            )
+        if spooled and writes.spool is not None:
+            logger.error(
+                "scrapy-retryqueue: closing (%s) with %d write(s) Redis did not take, kept in "
+                "%s; the next crawl of %r against the same Redis replays them",
+                reason,
+                spooled,
+                writes.spool.path,
+                name,
+            )
 
     # -- state the extension reads -------------------------------------------------------
 
@@ -363,3 +431,7 @@ class RetryQueueRuntime:
         writes.submit(write).addCallbacks(
             written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)
         )
+
+
+def _retries(count: int) -> str:
+    return f"{count} pending retr{'y' if count == 1 else 'ies'}"

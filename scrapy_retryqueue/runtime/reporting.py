@@ -7,6 +7,7 @@ mean for each of those surfaces; everything else reports through it.
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,8 @@ class Reporter:
                 retention=config.audit_retention,
             )
         self._errors_logged: set[str] = set()
+        #: Kind -> seconds each recovered task waited since its first failure.
+        self._recovery_waits: dict[str, list[float]] = {}
 
     def open(self, spider: Any) -> None:
         self.spider = spider
@@ -226,6 +229,12 @@ class Reporter:
             self.count("retryqueue/stale")
             return
         self.count(f"retryqueue/{how}")
+        if how == "recovered":
+            kind = str(ref["kind"])
+            self.count(f"retryqueue/recovered/{kind}")
+            created = ref.get("created")
+            if isinstance(created, int) and created > 0:
+                self._recovery_waits.setdefault(kind, []).append(max(0, now - created) / 1000)
         self._audit(
             how, task=ref["id"], url=ref["url"], kind=ref["kind"], node=self.config.node_id, ts=now
         )
@@ -237,6 +246,32 @@ class Reporter:
             ref["url"],
             error,
         )
+
+    def summary(self) -> None:
+        """Per kind: retries scheduled, recovered, dead-lettered, and the median wait to recover."""
+        stats = self.stats
+        kinds = sorted(
+            {
+                name.rsplit("/", 1)[1]
+                for name in stats.get_stats()
+                if name.startswith(("retryqueue/scheduled/", "retryqueue/dead/"))
+            }
+        )
+        if not kinds:
+            return
+        lines = []
+        for kind in kinds:
+            waits = sorted(self._recovery_waits.get(kind, ()))
+            median = statistics.median(waits) if waits else None
+            if median is not None:
+                stats.set_value(f"retryqueue/recovery_median_seconds/{kind}", round(median, 3))
+            lines.append(
+                f"  {kind:<15} scheduled {stats.get_value(f'retryqueue/scheduled/{kind}', 0):>6}"
+                f"  recovered {stats.get_value(f'retryqueue/recovered/{kind}', 0):>6}"
+                f"  dead {stats.get_value(f'retryqueue/dead/{kind}', 0):>6}"
+                f"  median wait {'-' if median is None else f'{median:.1f}s'}"
+            )
+        logger.info("scrapy-retryqueue: retries by kind:\n%s", "\n".join(lines))
 
     # -- domains -------------------------------------------------------------------
 

@@ -61,6 +61,8 @@ class WritePath:
         self._pending: set[defer.Deferred[Any]] = set()
         self._buffer: list[tuple[Write, defer.Deferred[Outcome]]] = []
         self._flushing = False
+        #: Writes the spool still held when the crawl closed (the next crawl replays them).
+        self.left_in_spool = 0
         #: Writes submitted so far: queue counts read before the latest write are stale.
         self.writes = 0
         #: True while Redis does not answer: writes go to the spool.
@@ -134,14 +136,7 @@ class WritePath:
         """Keep what Redis did not take in the spool file, close the client, stop the worker."""
         from scrapy.utils.defer import maybe_deferred_to_future
 
-        waiting = self.spool.close() if self.spool is not None else 0
-        if waiting:
-            logger.error(
-                "scrapy-retryqueue: Redis still does not answer; %d write(s) wait in %s "
-                "and the next crawl of this spider replays them",
-                waiting,
-                self.spool.path if self.spool is not None else "",
-            )
+        self.left_in_spool = self.spool.close() if self.spool is not None else 0
         if self.queue is not None:
             await maybe_deferred_to_future(self.call(self.queue.client.close))
         if self._pool is not None:
