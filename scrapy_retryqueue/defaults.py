@@ -241,3 +241,11 @@ DASHBOARD_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_DASHBOARD_PAGE_SIZE": 50,
 }
 SETTINGS.update(DASHBOARD_SETTINGS)
+
+# --- added by the edges redesign ---
+#: "deferred": a fresh request parked because its domain cools down
+#: (RETRYQUEUE_DOMAIN_COOLDOWN); produced by the runtime, not configurable.
+INTERNAL_KINDS = (*INTERNAL_KINDS, "deferred")
+ALL_KINDS = (*POLICY_KINDS, *INTERNAL_KINDS)
+#: Task statuses in the store after which nothing more happens to a task.
+FINAL_TASK_STATUSES = ("succeeded", "dead", "cancelled")

@@ -184,6 +184,15 @@ def test_bad_filters_are_a_400_that_names_them(
     assert page.status_code == 400 and message.replace("'", "&#39;") in page.text
 
 
+def test_the_deferred_kind_is_a_kind_to_filter_by(client: TestClient) -> None:
+    # Produced by the runtime for requests parked while their domain cools down.
+    reply = client.get("/api/tasks", params={"kind": "deferred"})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["total"] == 0
+    count = client.get("/api/actions/cancel/count", params={"kind": "deferred"})
+    assert count.status_code == 200 and count.json()["matched"] == 0
+
+
 def test_task_detail(client: TestClient, dashboard_data: dict[str, Any]) -> None:
     rows_ = dashboard_data["rows"]
     dead = client.get(f"/api/tasks/{rows_['d1']}").json()
