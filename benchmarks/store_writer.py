@@ -38,7 +38,7 @@ from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.sync import EventSync
-from scrapy_retryqueue.writer import (
+from scrapy_retryqueue.store.writer import (
     COLUMNS,
     ENVELOPE_FROM_DEAD,
     ENVELOPE_FROM_TASKS,

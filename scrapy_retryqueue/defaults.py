@@ -335,6 +335,8 @@ STORE_CONSUMER_GROUP = "store"
 STORE_SQLITE_NAME = "retryqueue.sqlite3"
 #: Task statuses in the store.
 TASK_STATUSES = ("waiting", "retrying", "succeeded", "dead", "cancelled")
+#: Task statuses in the store after which nothing more happens to a task.
+FINAL_TASK_STATUSES = ("succeeded", "dead", "cancelled")
 #: Right after the retry queue's own extension (EXTENSION_ORDER).
 STORE_EXTENSION_ORDER = 510
 #: The store writer's first wait (seconds) after a failed write; it doubles up

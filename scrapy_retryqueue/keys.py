@@ -1,4 +1,4 @@
-"""Redis key names: the only place they are spelled.
+"""Redis key names and lease tokens: the only place they are spelled and parsed.
 
 Every key of one spider shares the hash tag ``{spider}``, so a Lua script that
 touches several of them runs in one Redis Cluster slot.
@@ -6,9 +6,16 @@ touches several of them runs in one Redis Cluster slot.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from typing import Any
+
+from .values import as_text
 
 PREFIX = "retryqueue"
+#: Hex digits of a lease prefix's random part: two processes with one node id
+#: (a restarted node) never hold the same token.
+_LEASE_NONCE_DIGITS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +46,25 @@ class Keys:
     #: HASH domain -> lease expiry (ms) of its half-open probe in flight
     probes: str
 
+    @property
+    def namespace(self) -> str:
+        """``retryqueue:{<spider>}``, what every key of this spider starts with."""
+        return _namespace(self.spider)
+
+
+def _usable(spider: str) -> bool:
+    return bool(spider) and "{" not in spider and "}" not in spider
+
+
+def _namespace(spider: str) -> str:
+    return f"{PREFIX}:{{{spider}}}"
+
 
 def keys_for(spider: str) -> Keys:
     """The keys of one spider's namespace: ``retryqueue:{<spider>}:<name>``."""
-    if not spider or "{" in spider or "}" in spider:
+    if not _usable(spider):
         raise ValueError(f"spider name {spider!r} cannot be used in a Redis hash tag")
-    base = f"{PREFIX}:{{{spider}}}"
+    base = _namespace(spider)
     return Keys(
         spider=spider,
         due=f"{base}:due",
@@ -77,3 +97,36 @@ def all_keys(keys: Keys) -> list[str]:
         keys.bursts,
         keys.probes,
     ]
+
+
+def scan_pattern(key: str | None = None) -> str:
+    """A SCAN pattern matching one key of every spider (*key* names a :class:`Keys`
+    field, e.g. ``"events"``), or every key of every spider."""
+    if key is None:
+        return f"{_namespace('*')}:*"
+    if key == "spider" or key not in Keys.__slots__:
+        raise ValueError(f"{key!r} is not a key of a spider's namespace")
+    return str(getattr(keys_for("*"), key))
+
+
+def spider_of(key: str | bytes) -> str | None:
+    """The spider whose namespace *key* is in; None for a key not of this package."""
+    head, _, _ = as_text(key).rpartition(":")
+    start = f"{PREFIX}:{{"
+    spider = head[len(start) : -1] if head.startswith(start) and head.endswith("}") else ""
+    return spider if _usable(spider) else None
+
+
+def lease_prefix(node_id: str) -> str:
+    """The start of every lease token one process hands out: node id and a nonce."""
+    return f"{node_id}:{uuid.uuid4().hex[:_LEASE_NONCE_DIGITS]}"
+
+
+def lease_token(prefix: str, serial: int) -> str:
+    """The token of one claim: ``<node id>:<nonce>:<serial>`` (*prefix* from lease_prefix)."""
+    return f"{prefix}:{serial}"
+
+
+def lease_owner(token: Any) -> str:
+    """The node id in a lease token (node ids may hold ':', the nonce and serial do not)."""
+    return as_text(token).rsplit(":", 2)[0]

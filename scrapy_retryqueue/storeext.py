@@ -7,6 +7,9 @@ commit. While the database is down it retries with a capped backoff (logging
 once per outage); the events wait in Redis and the crawl goes on. When the
 spider closes it writes what is left, for at most RETRYQUEUE_STORE_CLOSE_TIMEOUT
 seconds; anything still unwritten then waits in Redis for the next crawl.
+
+The store's modules (SQLAlchemy, Alembic) are imported by the writer thread
+when it starts, not with this module: a crawl without the store never loads them.
 """
 
 from __future__ import annotations
@@ -14,37 +17,54 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
-from sqlalchemy.exc import SQLAlchemyError
 from twisted.internet import threads
 
-from .config import Config, load_config
+from .config import Config, config_for
 from .connection import client_for, embedded_dir
 from .exceptions import ConfigError
 from .runtime import runtime_if_any
+from .startup import mark_logged
 from .store.config import StoreConfig, load_store_config
-from .store.db import SchemaError, Store, StoreError, describe_db_error
-from .store.sync import EventSync, apply_retention
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
+    from .store.db import Store
+    from .store.sync import EventSync
+
 logger = logging.getLogger(__name__)
 
-#: Database and Redis errors that mean "try again later".
-TRANSIENT = (StoreError, SQLAlchemyError, redis.RedisError, OSError)
+#: First wait after a failed write, seconds; doubled up to RETRYQUEUE_STORE_RETRY_MAX.
 _FIRST_BACKOFF = 0.5
+#: How often dead letters whose events were trimmed are looked for, seconds.
 _SWEEP_EVERY = 300.0
+#: How often RETRYQUEUE_DEAD_RETENTION / RETRYQUEUE_HISTORY_RETENTION are applied, seconds.
 _RETENTION_EVERY = 3600.0
+#: Longest the final flush (after the spider closed) may take, seconds.
+_FINAL_FLUSH_MAX = 5.0
+
+
+def _transient() -> tuple[type[BaseException], ...]:
+    """Database and Redis errors that mean "try again later"."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .store.db import StoreError
+
+    return (StoreError, SQLAlchemyError, redis.RedisError, OSError)
 
 
 def _describe(exc: BaseException) -> str:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .store.db import describe_db_error
+
     if isinstance(exc, SQLAlchemyError):
         return describe_db_error(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -71,11 +91,12 @@ class RetryQueueStoreExtension:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
         try:
-            config = load_config(crawler.settings)
+            config = config_for(crawler)
             store_config = load_store_config(crawler.settings)
         except ConfigError as exc:
+            # One line, no traceback after it (see startup.py).
             logger.error("scrapy-retryqueue: %s", exc)
-            raise
+            raise mark_logged(exc) from None
         if not config.enabled:
             raise NotConfigured("RETRYQUEUE_ENABLED is False")
         if not store_config.enabled:
@@ -115,7 +136,7 @@ class RetryQueueStoreExtension:
         # Events written while the spider closed (released leases) and cleanup.
         await maybe_deferred_to_future(
             threads.deferToThread(
-                self._flush, min(5.0, self.store_config.close_timeout), final=True
+                self._flush, min(_FINAL_FLUSH_MAX, self.store_config.close_timeout), final=True
             )
         )
 
@@ -129,13 +150,15 @@ class RetryQueueStoreExtension:
     def _connect(self) -> EventSync:
         if self.sync is not None:
             return self.sync
+        from .store.db import Store
+        from .store.sync import EventSync
+
         if self.client is None:
             directory = embedded_dir(self.config.embedded_dir)
-            kwargs: dict[str, Any] = {}
-            if getattr(self.config, "redis_cluster", False):
-                kwargs["cluster"] = True
             self.client, _ = client_for(
-                self.config.redis_url, embedded_directory=directory, **kwargs
+                self.config.redis_url,
+                embedded_directory=directory,
+                cluster=self.config.redis_cluster,
             )
         if self.store is None:
             self.store = Store(self.database_url)
@@ -158,6 +181,9 @@ class RetryQueueStoreExtension:
         return self.sync
 
     def _run(self) -> None:
+        from .store.db import SchemaError
+
+        transient = _transient()
         backoff = _FIRST_BACKOFF
         block_ms = int(self.store_config.interval * 1000)
         while not self._stop.is_set() and self._fatal is None:
@@ -170,7 +196,7 @@ class RetryQueueStoreExtension:
                 backoff = _FIRST_BACKOFF
             except SchemaError as exc:
                 self._give_up(str(exc))
-            except TRANSIENT as exc:
+            except transient as exc:
                 self._failed(exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.store_config.retry_max)
@@ -180,6 +206,8 @@ class RetryQueueStoreExtension:
                 self._stop.wait(self.store_config.retry_max)
 
     def _housekeeping(self, sync: EventSync) -> None:
+        from .store.sync import apply_retention
+
         now = time.monotonic()
         if now >= self._next_sweep:
             swept = sync.sweep_dead()
@@ -245,6 +273,9 @@ class RetryQueueStoreExtension:
     # -- closing -------------------------------------------------------------------
 
     def _flush(self, timeout: float, *, final: bool) -> None:
+        from .store.db import SchemaError
+
+        transient = _transient()
         deadline = time.monotonic() + timeout
         backoff = _FIRST_BACKOFF
         written = 0
@@ -257,7 +288,7 @@ class RetryQueueStoreExtension:
                 break
             except SchemaError as exc:
                 self._give_up(str(exc))
-            except TRANSIENT as exc:
+            except transient as exc:
                 self._failed(exc)
                 if time.monotonic() + backoff >= deadline:
                     break

@@ -10,7 +10,7 @@ import redis
 
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.queue import RedisDelayedQueue
-from scrapy_retryqueue.writer import parse_entries
+from scrapy_retryqueue.store.writer import parse_entries
 
 
 @pytest.fixture(params=["single", "cluster"])

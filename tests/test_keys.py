@@ -1,11 +1,21 @@
-"""Redis key names: one namespace and one Redis Cluster slot per spider."""
+"""Redis key names and lease tokens: one namespace and one Redis Cluster slot per spider."""
 
 from __future__ import annotations
+
+import fnmatch
 
 import pytest
 from redis.crc import key_slot
 
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.keys import (
+    all_keys,
+    keys_for,
+    lease_owner,
+    lease_prefix,
+    lease_token,
+    scan_pattern,
+    spider_of,
+)
 
 
 def test_key_names():
@@ -52,3 +62,34 @@ def test_spider_name_that_breaks_the_hash_tag_is_refused(spider):
     with pytest.raises(ValueError, match="hash tag") as info:
         keys_for(spider)
     assert repr(spider) in str(info.value)
+
+
+@pytest.mark.parametrize("spider", ["quotes", "a:b", "ünïcødé"])
+def test_every_key_names_its_spider_and_matches_the_scan_patterns(spider):
+    keys = keys_for(spider)
+    assert keys.namespace == f"retryqueue:{{{spider}}}"
+    for key in all_keys(keys):
+        assert spider_of(key) == spider
+        assert spider_of(key.encode()) == spider
+        assert fnmatch.fnmatchcase(key, scan_pattern())
+    assert fnmatch.fnmatchcase(keys.events, scan_pattern("events"))
+    assert not fnmatch.fnmatchcase(keys.due, scan_pattern("events"))
+
+
+@pytest.mark.parametrize("key", ["other:{a}:due", "retryqueue:a:due", "retryqueue:{}:due", "x"])
+def test_a_key_of_no_spider(key):
+    assert spider_of(key) is None
+
+
+def test_a_scan_pattern_names_a_key_of_the_namespace():
+    with pytest.raises(ValueError, match="'nope'"):
+        scan_pattern("nope")
+
+
+def test_a_lease_token_names_the_node_that_holds_it():
+    prefix = lease_prefix("host:4242")
+    assert prefix.startswith("host:4242:") and len(prefix) == len("host:4242:") + 12
+    assert lease_prefix("host:4242") != prefix  # another process of the same node
+    token = lease_token(prefix, 7)
+    assert token == f"{prefix}:7"
+    assert lease_owner(token) == lease_owner(token.encode()) == "host:4242"

@@ -18,12 +18,12 @@ import redis
 from sqlalchemy import select
 
 from scrapy_retryqueue.commands._common import Progress
-from scrapy_retryqueue.commands.deadletters import csv_cell, escape_cell
 from scrapy_retryqueue.envelope import Task, task_from_json
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
-from scrapy_retryqueue.writer import Event, apply_batch, build_batch
+from scrapy_retryqueue.store.export import csv_cell, escape_cell
+from scrapy_retryqueue.store.writer import Event, apply_batch, build_batch
 
 from .storecli import Result, scrapy
 
@@ -186,6 +186,28 @@ def test_export_jsonl_to_stdout_honours_each_filter(
     rows = [json.loads(line) for line in done.out.splitlines()]
     assert exported_keys(pg, rows) == expected
     assert done.err == ""  # no progress bar when stderr is not a terminal
+
+
+def test_export_takes_the_deferred_kind(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    # A fresh request parked while its domain cools down: a waiting task of kind deferred.
+    spider = pg["spiders"]["alpha"]
+    task_id = "deferred" + uuid4().hex[:6]
+    when = str(ms("2024-01-06T10:00"))
+    fields = {"type": "scheduled", "id": task_id, "kind": "deferred", "ts": when, "due": when}
+    envelope = Task(
+        id=task_id, spider=spider, request={"url": "https://cool.example/"}, kind="deferred"
+    ).to_json()
+    with pg["store"].begin() as conn:
+        batch = build_batch(
+            [Event("100-0", spider, fields)], {(spider, "tasks", task_id): json.loads(envelope)}
+        )
+        apply_batch(conn, batch)
+    args = ["--kind", "deferred", "--status", "waiting", "--spider", spider]
+    done = run(tmp_path, settings, "deadletters", "export", "--format", "jsonl", *args)
+    assert done.code == 0, done.err
+    assert [json.loads(line)["task_id"] for line in done.out.splitlines()] == [task_id]
 
 
 def test_export_json_is_one_array_and_limit_caps_it(

@@ -25,8 +25,8 @@ from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
-from scrapy_retryqueue.store.sync import EventSync, apply_retention
-from scrapy_retryqueue.writer import (
+from scrapy_retryqueue.store.sync import EventSync, Prepared, apply_retention
+from scrapy_retryqueue.store.writer import (
     Event,
     build_batch,
     envelope_columns,
@@ -270,6 +270,11 @@ def test_replaying_every_event_changes_nothing(
     assert rows(store, queue.keys.spider) == before
 
 
+def write_entries(sync: EventSync, entries: list[Any]) -> None:
+    """Write stream entries read elsewhere as one batch."""
+    sync.write(Prepared(entries, sync.build(parse_entries(sync.spider, entries)), 0))
+
+
 def test_an_older_event_does_not_undo_a_newer_one(
     store: Store, queue: RedisDelayedQueue, make_task: MakeTask, make_sync: Callable[..., EventSync]
 ) -> None:
@@ -281,8 +286,8 @@ def test_an_older_event_does_not_undo_a_newer_one(
     scheduled = [e for e in entries if e[1][b"type"] == b"scheduled"]
     newer = [e for e in entries if e[1][b"type"] != b"scheduled"]
     sync = make_sync()
-    sync.write_entries(newer)  # another node wrote the claim and the success first
-    sync.write_entries(scheduled)
+    write_entries(sync, newer)  # another node wrote the claim and the success first
+    write_entries(sync, scheduled)
     assert rows(store, queue.keys.spider)["a"]["status"] == "succeeded"
 
 

@@ -1,0 +1,1 @@
+"""The commands a person runs: ``scrapy retryqueue`` and ``scrapy deadletters``."""

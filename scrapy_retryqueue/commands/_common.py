@@ -1,5 +1,9 @@
-"""What the store's commands share: argument parsing, one-line errors, opening
-the store and Redis from settings, and a progress line for terminals."""
+"""What the commands share: argument parsing, one-line errors, a progress line for terminals.
+
+Light on purpose: Scrapy imports every command module whenever ``scrapy``
+runs (a crawl too), so the store and its SQLAlchemy are imported by the
+commands that use them, when they run.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +12,20 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, NoReturn
 
 import redis
-from sqlalchemy.exc import SQLAlchemyError
 
-from .. import embedded
-from ..config import Config, load_config, redact_url
-from ..connection import client_for, embedded_dir
-from ..exceptions import ConfigError, EmbeddedServerError
-from ..store.config import StoreConfig, load_store_config
-from ..store.db import Store, StoreError, describe_db_error
-from ..store.queries import FilterError
+from ..exceptions import RetryQueueError
 
-#: Exit codes of the store's commands.
-EXIT_OK = 0
+#: Exit codes of the commands (0: done): nothing matched; bad input or a side down.
 EXIT_NO_MATCH = 1
 EXIT_ERROR = 2
 
 
-class CommandFailed(Exception):
+class CommandFailed(RetryQueueError):
+    """Ends a command with one line on stderr and an exit code."""
+
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
         super().__init__(message)
         self.code = code
@@ -48,74 +45,30 @@ def one_line_errors() -> Iterator[None]:
         yield
     except CommandFailed:
         raise
-    except (ConfigError, FilterError, StoreError, EmbeddedServerError) as exc:
+    except RetryQueueError as exc:  # a bad setting or filter, the store, the embedded server
         raise CommandFailed(str(exc)) from None
-    except SQLAlchemyError as exc:
-        raise CommandFailed(f"database error: {describe_db_error(exc)}") from None
     except (redis.RedisError, OSError) as exc:
         raise CommandFailed(f"{type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        database_error = _database_error(exc)
+        if database_error is None:
+            raise
+        raise CommandFailed(f"database error: {database_error}") from None
+
+
+def _database_error(exc: Exception) -> str | None:
+    """One line for an SQLAlchemy error; None for anything else."""
+    # Only a command that opened the store can raise one: SQLAlchemy is loaded then.
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is None or not isinstance(exc, sa_exc.SQLAlchemyError):
+        return None
+    from ..store.db import describe_db_error
+
+    return describe_db_error(exc)
 
 
 def fail_line(exc: CommandFailed) -> str:
     return f"error: {exc}"
-
-
-class Context:
-    """Settings-derived configuration, the store and Redis, opened on demand."""
-
-    def __init__(self, settings: Any) -> None:
-        self.settings = settings
-        self.config: Config = load_config(settings)
-        self.store_config: StoreConfig = load_store_config(settings)
-        self.directory: Path = embedded_dir(self.config.embedded_dir)
-        self._store: Store | None = None
-        self._redis: Any = None
-
-    @property
-    def database_url(self) -> str:
-        return self.store_config.url_for(self.directory)
-
-    def store(self, *, check_schema: bool = True, create: bool = False) -> Store:
-        if self._store is None:
-            url = self.database_url
-            default = url.startswith("sqlite:///") and not self.store_config.database_url
-            if default and not create:
-                path = Path(url.removeprefix("sqlite:///"))
-                if not path.exists():
-                    raise CommandFailed(
-                        f"no store database here: {path} does not exist (run a crawl with the "
-                        "add-on first, or set RETRYQUEUE_DATABASE_URL, e.g. "
-                        "-s RETRYQUEUE_DATABASE_URL=postgresql://user@host/db)"
-                    )
-            store = Store(url)
-            store.ping()
-            if check_schema:
-                store.raise_for(store.schema_state())
-            self._store = store
-        return self._store
-
-    def redis(self, *, start_embedded: bool = True) -> Any:
-        """A Redis client; None when the embedded server is not running and may not start."""
-        if self._redis is None:
-            url = self.config.redis_url
-            if url is None and not start_embedded and not embedded.is_running(self.directory):
-                return None
-            kwargs: dict[str, Any] = {}
-            if getattr(self.config, "redis_cluster", False):
-                kwargs["cluster"] = True
-            client, url = client_for(url, embedded_directory=self.directory, **kwargs)
-            try:
-                client.ping()
-            except (redis.RedisError, OSError) as exc:
-                raise CommandFailed(f"Redis at {redact_url(url)} does not answer ({exc})") from None
-            self._redis = client
-        return self._redis
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-        if self._redis is not None:
-            self._redis.close()
 
 
 class Progress:

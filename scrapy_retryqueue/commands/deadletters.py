@@ -1,4 +1,4 @@
-"""``scrapy deadletters``: export, requeue and purge dead letters; migrate the store.
+"""``scrapy deadletters``: export, requeue and purge dead letters; migrate and sync the store.
 
     scrapy deadletters export  [filters] [--format csv|jsonl|json] [-o FILE] [--limit N]
     scrapy deadletters requeue [filters | --id ID ...] [--keep-budget] [--dry-run] [--limit N]
@@ -18,130 +18,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import json
 import os
 import sys
 import time
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.commands import ScrapyCommand
-from sqlalchemy import delete, select
 
-from ..queue import RedisDelayedQueue
-from ..store.queries import (
-    EXPORT_COLUMNS,
-    JSON_COLUMNS,
-    TIME_COLUMNS,
-    Filters,
-    count,
-    stream_rows,
-)
-from ..store.requeue import requeue_columns, requeue_rows
-from ..store.sync import EventSync
 from ._common import (
     EXIT_NO_MATCH,
     ArgumentParser,
     CommandFailed,
-    Context,
     Progress,
     fail_line,
     one_line_errors,
 )
 
-FORMATS = ("csv", "jsonl", "json")
-#: A cell starting with one of these is a formula to a spreadsheet.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_CHUNK = 500
-
-
-def escape_cell(value: str) -> str:
-    """*value* made inert for spreadsheets (OWASP CSV injection): a leading quote."""
-    return "'" + value if value.startswith(_FORMULA_START) else value
-
-
-_json_str = json.encoder.encode_basestring  # the C string encoder
-
-
-def _kind(name: str) -> str:
-    if name in JSON_COLUMNS:
-        return "json"
-    if name in TIME_COLUMNS:
-        return "time"
-    return "value"
-
-
-_KINDS = [_kind(name) for name in EXPORT_COLUMNS]
-
-
-def csv_cell(value: Any) -> Any:
-    """A value as a CSV cell: text made inert for spreadsheets, None empty."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return escape_cell(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value
-
-
-def json_value(value: Any, kind: str) -> str:
-    """A value as JSON text; JSON columns arrive as JSON text already."""
-    if value is None:
-        return "null"
-    if kind == "json":
-        return value
-    if isinstance(value, str):
-        return _json_str(value)
-    if isinstance(value, datetime):
-        return f'"{value.isoformat()}"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-_KEYS = [_json_str(name) + ":" for name in EXPORT_COLUMNS]
-
-
-def json_object(row: tuple[Any, ...]) -> str:
-    return (
-        "{"
-        + ",".join(
-            key + json_value(value, kind)
-            for key, value, kind in zip(_KEYS, row, _KINDS, strict=True)
-        )
-        + "}"
-    )
-
-
-def write_rows(rows: Iterator[tuple[Any, ...]], fmt: str, out: IO[str], progress: Progress) -> int:
-    """Write rows (EXPORT_COLUMNS order) as csv, jsonl or json; returns how many."""
-    n = 0
-    if fmt == "csv":
-        writer = csv.writer(out)
-        writer.writerow(EXPORT_COLUMNS)
-        for row in rows:
-            writer.writerow([csv_cell(value) for value in row])
-            n += 1
-            progress.advance()
-    elif fmt == "jsonl":
-        for row in rows:
-            out.write(json_object(row))
-            out.write("\n")
-            n += 1
-            progress.advance()
-    else:
-        out.write("[")
-        for row in rows:
-            out.write(",\n" if n else "\n")
-            out.write(json_object(row))
-            n += 1
-            progress.advance()
-        out.write("\n]\n" if n else "]\n")
-    return n
+if TYPE_CHECKING:
+    from ..sources import Sources
+    from ..store.queries import Filters
 
 
 def _filter_options(parser: ArgumentParser, *, ids: bool = True) -> None:
@@ -162,6 +58,8 @@ def _filter_options(parser: ArgumentParser, *, ids: bool = True) -> None:
 
 
 def build_parser() -> ArgumentParser:
+    from ..store.export import FORMATS
+
     parser = ArgumentParser(prog="scrapy deadletters", add_help=False)
     sub = parser.add_subparsers(dest="action", metavar="{export,requeue,purge,migrate,sync}")
     sub.required = True
@@ -192,6 +90,8 @@ def build_parser() -> ArgumentParser:
 
 
 def filters_from(ns: Any) -> Filters:
+    from ..store.queries import Filters
+
     return Filters.from_options(
         spiders=ns.spider,
         kinds=ns.kind,
@@ -203,6 +103,13 @@ def filters_from(ns: Any) -> Filters:
         statuses=ns.status or ["dead"],
         ids=getattr(ns, "id", []),
     )
+
+
+def _count(sources: Sources, filters: Filters) -> int:
+    from ..store.queries import count
+
+    with sources.store().connect() as conn:
+        return count(conn, filters)
 
 
 class Command(ScrapyCommand):
@@ -225,14 +132,16 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: Any) -> None:
         assert self.settings is not None
-        context: Context | None = None
+        sources: Sources | None = None
         try:
             with one_line_errors():
+                from ..sources import Sources
+
                 ns = build_parser().parse_args(args)
                 if getattr(ns, "limit", None) is not None and ns.limit < 1:
                     raise CommandFailed(f"--limit must be >= 1, got {ns.limit}")
-                context = Context(self.settings)
-                self.exitcode = getattr(self, f"_{ns.action}")(context, ns) or 0
+                sources = Sources(self.settings)
+                self.exitcode = getattr(self, f"_{ns.action}")(sources, ns) or 0
         except CommandFailed as exc:
             print(fail_line(exc), file=sys.stderr)
             self.exitcode = exc.code
@@ -240,19 +149,22 @@ class Command(ScrapyCommand):
             print("error: interrupted", file=sys.stderr)
             self.exitcode = 130
         finally:
-            if context is not None:
-                context.close()
+            if sources is not None:
+                sources.close()
 
     # -- export ----------------------------------------------------------------
 
-    def _export(self, context: Context, ns: Any) -> int:
+    def _export(self, sources: Sources, ns: Any) -> int:
+        from ..store.export import FORMATS, write_rows
+        from ..store.queries import count, stream_rows
+
         filters = filters_from(ns)
         output = ns.output
         fmt = ns.format
         if fmt is None:
             suffix = Path(output).suffix.lower().lstrip(".") if output != "-" else ""
             fmt = suffix if suffix in FORMATS else "csv"
-        store = context.store()
+        store = sources.store()
         with store.connect() as conn:
             total = count(conn, filters)
             if ns.limit is not None:
@@ -260,18 +172,17 @@ class Command(ScrapyCommand):
             if not total:
                 raise CommandFailed(f"no tasks match ({filters.describe()})", EXIT_NO_MATCH)
             progress = Progress(total, "exporting")
+            rows = stream_rows(conn, filters, limit=ns.limit)
             if output == "-":
                 out = sys.stdout
-                written = write_rows(stream_rows(conn, filters, limit=ns.limit), fmt, out, progress)
+                written = write_rows(rows, fmt, out, progress.advance)
                 out.flush()
             else:
                 target = Path(output)
                 part = target.with_name(target.name + ".part")
                 try:
                     with open(part, "w", encoding="utf-8", newline="") as out:
-                        written = write_rows(
-                            stream_rows(conn, filters, limit=ns.limit), fmt, out, progress
-                        )
+                        written = write_rows(rows, fmt, out, progress.advance)
                     os.replace(part, target)
                 except BaseException:
                     with contextlib.suppress(OSError):
@@ -284,81 +195,64 @@ class Command(ScrapyCommand):
 
     # -- requeue ---------------------------------------------------------------
 
-    def _requeue(self, context: Context, ns: Any) -> int:
+    def _requeue(self, sources: Sources, ns: Any) -> int:
+        from ..store import actions
+        from ..store.queries import chunks
+
         filters = filters_from(ns)
         if filters.statuses != ["dead"]:
             raise CommandFailed("requeue takes dead letters only; leave out --status")
-        store = context.store()
-        table = store.table
-        c = table.c
-        with store.connect() as conn:
-            total = count(conn, filters)
+        total = _count(sources, filters)
         if ns.limit is not None:
             total = min(total, ns.limit)
         if not total:
             raise CommandFailed(f"no dead letters match ({filters.describe()})", EXIT_NO_MATCH)
-        client = None if ns.dry_run else context.redis()
-        queues: dict[str, RedisDelayedQueue] = {}
-        moved = skipped = live = seen = 0
-        last_id = 0
-        progress = Progress(total, "requeueing" if not ns.dry_run else "checking")
-        columns = requeue_columns(table)
-
-        def queue_for(spider: str) -> RedisDelayedQueue:
-            if spider not in queues:
-                queues[spider] = RedisDelayedQueue(client, spider, node_id=context.config.node_id)
-            return queues[spider]
-
-        while seen < total:
-            with store.connect() as conn:
-                rows = conn.execute(
-                    select(*columns)
-                    .where(filters.where(), c.id > last_id)
-                    .order_by(c.id)
-                    .limit(min(_CHUNK, total - seen))
-                ).all()
-            if not rows:
-                break
-            last_id = rows[-1].id
-            seen += len(rows)
-            for _ in rows:
-                progress.advance()
-            if ns.dry_run:
+        if ns.dry_run:
+            progress = Progress(total, "checking")
+            store = sources.store()
+            c = store.table.c
+            for rows in chunks(store, filters, (c.spider, c.kind, c.url), limit=total):
+                progress.advance(len(rows))
                 for row in rows:
                     print(f"{row.id}\t{row.spider}\t{row.kind}\t{row.url}")
-                moved += len(rows)
-                continue
-            done = requeue_rows(
-                store,
-                rows,
-                queue_for=queue_for,
-                node_id=context.config.node_id,
-                keep_budget=bool(ns.keep_budget),
-            )
-            moved += done.moved
-            live += done.live
-            skipped += len(done.malformed)
-            for row, exc in done.malformed:
-                print(f"skipped {row.id} {row.url or ''}: cannot requeue ({exc})", file=sys.stderr)
+            progress.finish()
+            print(f"would requeue {progress.done} dead letter(s)", file=sys.stderr)
+            return 0
+        client = sources.redis()
+        progress = Progress(total, "requeueing")
+        done = actions.requeue(
+            sources.store(),
+            client,
+            filters,
+            node_id=sources.config.node_id,
+            events_maxlen=sources.config.events_maxlen,
+            keep_budget=bool(ns.keep_budget),
+            limit=total,
+            on_chunk=progress.advance,
+        )
         progress.finish()
-        verb = "would requeue" if ns.dry_run else "requeued"
+        for bad in done.malformed:
+            print(
+                f"skipped {bad.row_id} {bad.url or ''}: cannot requeue ({bad.reason})",
+                file=sys.stderr,
+            )
         extra = []
-        if live:
-            extra.append(f"{live} already had a live retry in the queue")
-        if skipped:
-            extra.append(f"{skipped} skipped (malformed)")
-        budget = "" if ns.dry_run else (" (budget kept)" if ns.keep_budget else " (fresh budget)")
+        if done.live:
+            extra.append(f"{done.live} already had a live retry in the queue")
+        if done.malformed:
+            extra.append(f"{len(done.malformed)} skipped (malformed)")
+        budget = " (budget kept)" if ns.keep_budget else " (fresh budget)"
         tail = f"; {', '.join(extra)}" if extra else ""
-        print(f"{verb} {moved} dead letter(s){budget}{tail}", file=sys.stderr)
+        print(f"requeued {done.moved} dead letter(s){budget}{tail}", file=sys.stderr)
         return 0
 
     # -- purge -----------------------------------------------------------------
 
-    def _purge(self, context: Context, ns: Any) -> int:
+    def _purge(self, sources: Sources, ns: Any) -> int:
+        from ..store import actions
+
         filters = filters_from(ns)
-        store = context.store()
-        with store.connect() as conn:
-            total = count(conn, filters)
+        total = _count(sources, filters)
         if not total:
             raise CommandFailed(f"no tasks match ({filters.describe()})", EXIT_NO_MATCH)
         what = "dead letter(s)" if filters.statuses == ["dead"] else "task(s)"
@@ -372,17 +266,16 @@ class Command(ScrapyCommand):
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing deleted", file=sys.stderr)
                 return 1
-        with store.begin() as conn:
-            deleted = conn.execute(delete(store.table).where(filters.where())).rowcount
+        deleted = actions.purge(sources.store(), filters)
         print(f"deleted {deleted} {what}", file=sys.stderr)
         return 0
 
     # -- migrate ---------------------------------------------------------------
 
-    def _migrate(self, context: Context, ns: Any) -> int:
+    def _migrate(self, sources: Sources, ns: Any) -> int:
         if ns.check and ns.sql:
             raise CommandFailed("--check and --sql do not go together")
-        store = context.store(check_schema=False, create=True)
+        store = sources.store(check_schema=False, create=True)
         if ns.sql:
             sys.stdout.write(store.upgrade_sql())
             return 0
@@ -404,13 +297,17 @@ class Command(ScrapyCommand):
 
     # -- sync ------------------------------------------------------------------
 
-    def _sync(self, context: Context, ns: Any) -> int:
-        store = context.store(create=True, check_schema=False)
-        store.ensure_schema(create=context.store_config.create_schema)
-        client = context.redis()
+    def _sync(self, sources: Sources, ns: Any) -> int:
+        from .. import view
+        from ..store.sync import EventSync
+        from ..values import now_ms
+
+        store = sources.store(create=True, check_schema=False)
+        store.ensure_schema(create=sources.store_config.create_schema)
+        client = sources.redis()
         spiders = [s for value in ns.spider for s in value.split(",") if s]
         if not spiders:
-            spiders = sorted(_spiders_with_events(client))
+            spiders = sorted(view.spiders_with_events(client))
         if not spiders:
             raise CommandFailed("no spider has events in Redis", EXIT_NO_MATCH)
         for spider in spiders:
@@ -418,14 +315,14 @@ class Command(ScrapyCommand):
                 store,
                 client,
                 spider,
-                consumer=f"{context.config.node_id}:sync",
-                batch_size=context.store_config.batch_size,
-                claim_idle=context.store_config.claim_idle,
-                policy_table=context.config.policy_table,
+                consumer=f"{sources.config.node_id}:sync",
+                batch_size=sources.store_config.batch_size,
+                claim_idle=sources.store_config.claim_idle,
+                policy_table=sources.config.policy_table,
             )
             started = time.monotonic()
             result = sync.drain()
-            swept = sync.sweep_dead(older_than_ms=int(time.time() * 1000))
+            swept = sync.sweep_dead(older_than_ms=now_ms())
             print(
                 f"{spider}: {result.events} event(s) written as {result.rows} row update(s), "
                 f"{result.dead_stored + swept} dead letter(s) stored "
@@ -433,11 +330,3 @@ class Command(ScrapyCommand):
                 file=sys.stderr,
             )
         return 0
-
-
-def _spiders_with_events(client: Any) -> set[str]:
-    spiders = set()
-    for key in client.scan_iter(match="retryqueue:{*}:events", count=1000):
-        name = key.decode() if isinstance(key, bytes) else key
-        spiders.add(name[len("retryqueue:{") : -len("}:events")])
-    return spiders

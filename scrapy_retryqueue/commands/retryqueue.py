@@ -22,8 +22,12 @@ from scrapy.exceptions import UsageError
 from .. import embedded
 from ..config import load_config
 from ..connection import embedded_dir
+from ..defaults import DASHBOARD_SETTINGS
 from ..exceptions import ConfigError, EmbeddedServerError
-from ._common import ArgumentParser, CommandFailed, Context, fail_line, one_line_errors
+from ._common import ArgumentParser, CommandFailed, fail_line, one_line_errors
+
+_HOST = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_HOST"]
+_PORT = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_PORT"]
 
 
 class Command(ScrapyCommand):
@@ -47,8 +51,8 @@ class Command(ScrapyCommand):
             "status         per spider: due, due now, leased, dead, succeeded today,\n"
             "               by kind and top domains (a table; --json for scripts;\n"
             "               --spider NAME, repeatable, to show only some)\n"
-            "dashboard      serve the web dashboard (--host, default 127.0.0.1; --port,\n"
-            "               default 8787; --token or RETRYQUEUE_DASHBOARD_TOKEN to allow\n"
+            f"dashboard      serve the web dashboard (--host, default {_HOST}; --port,\n"
+            f"               default {_PORT}; --token or RETRYQUEUE_DASHBOARD_TOKEN to allow\n"
             "               actions; --redis-url, --database-url override the settings)"
         )
 
@@ -95,10 +99,11 @@ class Command(ScrapyCommand):
             print("not running")
 
     def _status(self, args: list[str]) -> None:
-        from ._status import collect, render_json, render_table
+        from ..sources import Sources
+        from ._status import render_json, render_table, report
 
         assert self.settings is not None
-        context: Context | None = None
+        sources: Sources | None = None
         try:
             with one_line_errors():
                 parser = ArgumentParser(prog="scrapy retryqueue status", add_help=False)
@@ -106,15 +111,15 @@ class Command(ScrapyCommand):
                 parser.add_argument("--json", action="store_true")
                 ns = parser.parse_args(args)
                 spiders = [s for value in ns.spider for s in value.split(",") if s]
-                context = Context(self.settings)
-                report = collect(context, spiders)
-            print(render_json(report) if ns.json else render_table(report))
+                sources = Sources(self.settings)
+                shown = report(sources, spiders)
+            print(render_json(shown) if ns.json else render_table(shown))
         except CommandFailed as exc:
             print(fail_line(exc), file=sys.stderr)
             self.exitcode = exc.code
         finally:
-            if context is not None:
-                context.close()
+            if sources is not None:
+                sources.close()
 
     def _dashboard(self, args: list[str]) -> None:
         assert self.settings is not None

@@ -26,14 +26,15 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
+from ..defaults import TASK_STATUSES
 from .backend import ACTIONS, FILTER_NAMES, SORTABLE, Backend, DashboardError, parse_filters
-from .settings import DashboardConfig, load_dashboard_config
+from .settings import MAX_PAGE_SIZE, DashboardConfig, load_dashboard_config
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "rq_session"
 CSRF_COOKIE = "rq_csrf"
 CSRF_HEADER = "x-csrf-token"
-STATUSES = ("all", "waiting", "retrying", "succeeded", "dead", "cancelled")
+STATUSES = ("all", *TASK_STATUSES)
 READ_ONLY = (
     "the dashboard is read-only: start it with a token (RETRYQUEUE_DASHBOARD_TOKEN or "
     "--token) to act on tasks"
@@ -179,11 +180,10 @@ def create_app(
         return int(raw)
 
     async def _tasks(request: Request) -> dict[str, Any]:
-        filters, q = parse_filters(_params(request))
+        filters = parse_filters(_params(request))
         return await run_in_threadpool(
             backend.tasks,
             filters,
-            q,
             sort=request.query_params.get("sort") or "id",
             order=request.query_params.get("order") or "desc",
             page=_int(request, "page", 1),
@@ -287,7 +287,7 @@ def create_app(
         summary="Tasks and dead letters, filtered, sorted and paginated",
         description="Filters (repeat or comma-separate): spider, status (all by default), kind, "
         "domain, http_status, node, since, until, id, q (URL substring). "
-        f"sort: one of {', '.join(SORTABLE)}; order: asc or desc; page; per_page (1-500).",
+        f"sort: one of {', '.join(SORTABLE)}; order: asc or desc; page; per_page (1-{MAX_PAGE_SIZE}).",
     )
     async def api_tasks(request: Request) -> Any:
         return await _tasks(request)
@@ -302,8 +302,8 @@ def create_app(
         summary="How many tasks an action would touch (for a confirmation)",
     )
     async def api_action_count(request: Request, action: str) -> Any:
-        filters, q = parse_filters(_params(request))
-        matched = await run_in_threadpool(backend.count_for, action, filters, q)
+        filters = parse_filters(_params(request))
+        matched = await run_in_threadpool(backend.count_for, action, filters)
         return {"action": action, "matched": matched}
 
     @app.post(
@@ -328,8 +328,8 @@ def create_app(
             params["id"] = body.ids
         if not params:
             raise DashboardError("give ids or filters (status=all for every task)")
-        filters, q = parse_filters(params)
-        return await run_in_threadpool(backend.run_action, action, filters, q, dry_run=body.dry_run)
+        filters = parse_filters(params)
+        return await run_in_threadpool(backend.run_action, action, filters, dry_run=body.dry_run)
 
     @app.get(
         "/metrics", response_class=PlainTextResponse, tags=["read"], summary="Prometheus metrics"

@@ -3,45 +3,37 @@
 No web framework here: plain data in, plain data (JSON-ready dicts) out, so the
 HTML pages, the JSON API and the tests share one implementation. Filters are
 the store commands' (:class:`~scrapy_retryqueue.store.queries.Filters`), plus a
-URL substring.
+URL substring; Redis is read through :mod:`scrapy_retryqueue.view`, the
+actions are :mod:`scrapy_retryqueue.store.actions`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import re
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from sqlalchemy import and_, delete, func, select
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import and_, func, select
 
-from ..commands._common import CommandFailed, Context
-from ..commands._status import _spiders_in_redis, redis_counts
-from ..exceptions import ConfigError
-from ..keys import keys_for
-from ..queue import RedisDelayedQueue
-from ..store.db import StoreError
+from .. import view
+from ..exceptions import ConfigError, RetryQueueError
+from ..sources import Sources
+from ..status import collect, local_midnight
+from ..store import actions
+from ..store.db import Store, StoreError
 from ..store.models import tasks_table
-from ..store.queries import FINAL_STATUSES, FilterError, Filters, count, status_counts
-from ..store.requeue import requeue_columns, requeue_rows
+from ..store.queries import FilterError, Filters, count
 from ..store.sync import EventSync
+from ..values import now_ms
+from .settings import MAX_PAGE_SIZE
 
-#: Statuses each action can change; other matching rows are left alone.
-ACTION_STATUSES: dict[str, tuple[str, ...]] = {
-    "retry_now": ("waiting",),
-    "cancel": ("waiting", "retrying"),
-    "requeue": ("dead",),
-    "purge": FINAL_STATUSES,
-}
-ACTIONS = tuple(ACTION_STATUSES)
+ACTIONS = actions.ACTIONS
 
 #: Columns of the tasks table, and the ones it can be sorted by.
 LIST_COLUMNS = (
@@ -88,10 +80,9 @@ WINDOWS = {"hour": (3600, 60), "day": (86400, 600)}
 CHART_MAX_EVENTS = 200_000
 #: Newest events scanned for one task's timeline, at most.
 TIMELINE_SCAN = 20_000
-_CHUNK = 500
 
 
-class DashboardError(Exception):
+class DashboardError(RetryQueueError):
     """Something a person can fix (bad filter, store or Redis down); status for HTTP."""
 
     def __init__(self, message: str, status: int = 400) -> None:
@@ -103,8 +94,8 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _s(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+def _ms_iso(ms: int | None) -> str | None:
+    return _iso(datetime.fromtimestamp(ms / 1000, UTC)) if ms is not None else None
 
 
 def _plain_filter_message(message: str) -> str:
@@ -114,8 +105,8 @@ def _plain_filter_message(message: str) -> str:
 
 def parse_filters(
     params: Mapping[str, Sequence[str] | str | None], *, default_status: str = "all"
-) -> tuple[Filters, str]:
-    """Filters (and the URL substring) from query-string or JSON values."""
+) -> Filters:
+    """Filters (with the URL substring, ``q``) from query-string or JSON values."""
 
     def values(name: str) -> list[str]:
         raw = params.get(name)
@@ -146,14 +137,8 @@ def parse_filters(
     q = (one("q") or "").strip()
     if len(q) > 2000:
         raise DashboardError(f"q is {len(q)} characters long; at most 2000")
-    return filters, q
-
-
-def _where(filters: Filters, q: str) -> ColumnElement[bool]:
-    where = filters.where()
-    if q:
-        where = and_(where, tasks_table.c.url.contains(q, autoescape=True))
-    return where
+    filters.url_contains = q
+    return filters
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -168,41 +153,39 @@ class Backend:
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
-        self._context: Context | None = None
+        self._sources: Sources | None = None
         self._lock = threading.Lock()
 
     # -- connections -------------------------------------------------------------
 
-    def context(self) -> Context:
+    def sources(self) -> Sources:
         with self._lock:
-            if self._context is None:
+            if self._sources is None:
                 try:
-                    self._context = Context(self.settings)
+                    self._sources = Sources(self.settings)
                 except ConfigError as exc:
                     raise DashboardError(str(exc), 500) from None
-            return self._context
+            return self._sources
 
-    def store(self) -> Any:
-        context = self.context()
-        with self._lock:
-            try:
-                return context.store()
-            except (CommandFailed, StoreError) as exc:
-                raise DashboardError(str(exc), 503) from None
+    def store(self) -> Store:
+        sources = self.sources()
+        try:
+            return sources.store()
+        except RetryQueueError as exc:  # SourceError, StoreError: no store to read
+            raise DashboardError(str(exc), 503) from None
 
     def redis(self) -> Any:
         """A Redis client, or None when the embedded server is not running."""
-        context = self.context()
-        with self._lock:
-            try:
-                return context.redis(start_embedded=False)
-            except CommandFailed as exc:
-                raise DashboardError(str(exc), 503) from None
+        sources = self.sources()
+        try:
+            return sources.redis(start_embedded=False)
+        except RetryQueueError as exc:  # SourceError: Redis does not answer
+            raise DashboardError(str(exc), 503) from None
 
     def close(self) -> None:
-        if self._context is not None:
-            self._context.close()
-            self._context = None
+        if self._sources is not None:
+            self._sources.close()
+            self._sources = None
 
     # -- overview --------------------------------------------------------------
 
@@ -210,71 +193,37 @@ class Backend:
         """Totals, breakdowns and the chart, of every spider or of *spiders*."""
         if window not in WINDOWS:
             raise DashboardError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
-        now = datetime.now(UTC)
-        now_ms = int(now.timestamp() * 1000)
-        notes: list[str] = []
-        client = None
-        try:
-            client = self.redis()
-            if client is None:
-                notes.append(
-                    "the embedded Redis server is not running (scrapy retryqueue server start); "
-                    "live queue counts are not shown"
-                )
-        except DashboardError as exc:
-            notes.append(str(exc))
-        db: dict[str, dict[str, Any]] | None = None
+        status = collect(self.redis, self.store, spiders, top=10)
+        client, db, notes = status.client, status.history, status.notes
         failures_today = None
         recovered_by_kind: dict[str, int] = {}
-        today = datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
-        try:
-            store = self.store()
-            with store.connect() as conn:
-                db = status_counts(conn, list(spiders) or None, since_today=today, top=10)
-                where = tasks_table.c.created_at >= today
-                if spiders:
-                    where = and_(where, tasks_table.c.spider.in_(list(spiders)))
-                c = tasks_table.c
-                done = c.status == "succeeded"
-                if spiders:
-                    done = and_(done, c.spider.in_(list(spiders)))
-                recovered_by_kind = {
-                    kind or "?": int(n)
-                    for kind, n in conn.execute(
-                        select(c.kind, func.count()).where(done).group_by(c.kind)
-                    )
-                }
-                failures_today = int(
-                    conn.execute(
-                        select(func.count()).select_from(tasks_table).where(where)
-                    ).scalar_one()
-                )
-        except (DashboardError, StoreError) as exc:
-            notes.append(str(exc))
-        known = (_spiders_in_redis(client) if client is not None else set()) | set(db or {})
-        names = sorted(known & set(spiders) if spiders else known)
+        if db is not None:
+            try:
+                failures_today, recovered_by_kind = self._today(spiders)
+            except RetryQueueError as exc:
+                notes.append(str(exc))
         per_spider: dict[str, Any] = {}
         by_kind: dict[str, dict[str, int]] = {}
         domains: dict[str, dict[str, int]] = {}
         nodes: Counter[str] = Counter()
         cooling: list[dict[str, Any]] = []
         totals = Counter[str]()
-        for spider in names:
-            live = redis_counts(client, spider, now_ms) if client is not None else None
+        for spider in status.spiders:
+            live = status.live.get(spider)
             history = (db or {}).get(spider, {})
             statuses = history.get("statuses", {})
             entry = {
-                "due": live["due"] if live else None,
-                "due_now": live["due_now"] if live else None,
-                "leased": live["leased"] if live else None,
-                "dead": statuses.get("dead", 0) + (live["dead_in_redis"] if live else 0),
+                "due": live.due if live else None,
+                "due_now": live.due_now if live else None,
+                "leased": live.leased if live else None,
+                "dead": statuses.get("dead", 0) + (live.dead_in_redis if live else 0),
                 "succeeded": statuses.get("succeeded", 0),
                 "succeeded_today": history.get("succeeded_today", 0),
                 "cancelled": statuses.get("cancelled", 0),
-                "events_unwritten": live["events_unwritten"] if live else None,
+                "events_unwritten": live.events_unwritten if live else None,
             }
             per_spider[spider] = entry
-            for c in (live or {}).get("cooling") or []:
+            for c in live.cooling if live else []:
                 cooling.append({"spider": spider, **c})
             for name in ("due", "due_now", "leased", "dead", "succeeded", "cancelled"):
                 totals[name] += entry[name] or 0
@@ -287,9 +236,7 @@ class Backend:
                 slot["pending"] += d["pending"]
                 slot["dead"] += d["dead"]
             if client is not None:
-                for token in client.hvals(keys_for(spider).owners):
-                    # token = <node id>:<process hex>:<claim counter>; node ids may hold ':'
-                    nodes[_s(token).rsplit(":", 2)[0]] += 1
+                nodes.update(view.lease_holders(client, spider))
         for kind, n in recovered_by_kind.items():
             by_kind.setdefault(kind, {"pending": 0, "dead": 0})["recovered"] = n
         for slot in by_kind.values():
@@ -298,7 +245,7 @@ class Backend:
         rate = recovered / (recovered + dead) if recovered + dead else None
         top_domains = sorted(domains.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))[:10]
         return {
-            "generated_at": now.isoformat(),
+            "generated_at": datetime.fromtimestamp(status.now_ms / 1000, UTC).isoformat(),
             "totals": {
                 "pending": totals["due"] if client is not None else None,
                 "due_now": totals["due_now"] if client is not None else None,
@@ -313,9 +260,31 @@ class Backend:
             "top_domains": [{"domain": d, **n} for d, n in top_domains],
             "nodes": [{"node": n, "leased": c} for n, c in sorted(nodes.items())],
             "cooling": sorted(cooling, key=lambda c: c["until"]),
-            "chart": self.chart(client, names, window, now_ms),
+            "chart": self.chart(client, status.spiders, window, status.now_ms),
             "notes": notes,
         }
+
+    def _today(self, spiders: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """Failures first seen today, and recovered tasks by kind."""
+        c = tasks_table.c
+        where = c.created_at >= local_midnight()
+        done = c.status == "succeeded"
+        if spiders:
+            where = and_(where, c.spider.in_(list(spiders)))
+            done = and_(done, c.spider.in_(list(spiders)))
+        with self.store().connect() as conn:
+            recovered_by_kind = {
+                kind or "?": int(n)
+                for kind, n in conn.execute(
+                    select(c.kind, func.count()).where(done).group_by(c.kind)
+                )
+            }
+            failures_today = int(
+                conn.execute(
+                    select(func.count()).select_from(tasks_table).where(where)
+                ).scalar_one()
+            )
+        return failures_today, recovered_by_kind
 
     def chart(
         self, client: Any, spiders: Sequence[str], window: str, now_ms: int
@@ -330,28 +299,13 @@ class Backend:
         truncated = False
         if client is not None:
             for spider in spiders:
-                key = keys_for(spider).events
-                cursor = f"{start}-0"
-                read = 0
-                while read < CHART_MAX_EVENTS:
-                    entries = client.xrange(key, min=cursor, max="+", count=5000)
-                    if not entries:
-                        break
-                    for entry_id, fields in entries:
-                        name = names.get(_s(fields.get(b"type", fields.get("type", ""))))
-                        if name is None:
-                            continue
-                        ms = int(_s(entry_id).partition("-")[0])
-                        index = (ms - start) // step_ms
-                        if 0 <= index < buckets:
-                            series[name][index] += 1
-                    read += len(entries)
-                    last = _s(entries[-1][0])
-                    cursor = "(" + last
-                    if len(entries) < 5000:
-                        break
-                else:
-                    truncated = True
+                events, cut = view.event_types_since(client, spider, start, limit=CHART_MAX_EVENTS)
+                truncated |= cut
+                for ms, type_ in events:
+                    name = names.get(type_)
+                    index = (ms - start) // step_ms
+                    if name is not None and 0 <= index < buckets:
+                        series[name][index] += 1
         return {
             "window": window,
             "start": start,
@@ -365,7 +319,6 @@ class Backend:
     def tasks(
         self,
         filters: Filters,
-        q: str = "",
         *,
         sort: str = "id",
         order: str = "desc",
@@ -376,28 +329,23 @@ class Backend:
             raise DashboardError(f"sort must be one of {', '.join(SORTABLE)}, got {sort!r}")
         if order not in ("asc", "desc"):
             raise DashboardError(f"order must be asc or desc, got {order!r}")
-        if page < 1 or not 1 <= per_page <= 500:
-            raise DashboardError("page must be >= 1 and per_page 1-500")
+        if page < 1 or not 1 <= per_page <= MAX_PAGE_SIZE:
+            raise DashboardError(f"page must be >= 1 and per_page 1-{MAX_PAGE_SIZE}")
         c = tasks_table.c
-        where = _where(filters, q)
         column = c[sort]
         keys = [column.desc(), c.id.desc()] if order == "desc" else [column.asc(), c.id.asc()]
         if sort == "id":
             keys = keys[:1]
         stmt = (
             select(*(c[name] for name in LIST_COLUMNS))
-            .where(where)
+            .where(filters.where())
             .order_by(*keys)
             .limit(per_page)
             .offset((page - 1) * per_page)
         )
         store = self.store()
         with store.connect() as conn:
-            total = int(
-                conn.execute(
-                    select(func.count()).select_from(tasks_table).where(where)
-                ).scalar_one()
-            )
+            total = count(conn, filters)
             rows = [_row(r) for r in conn.execute(stmt)]
         for row in rows:
             message = row.get("last_error_message")
@@ -410,7 +358,7 @@ class Backend:
             "pages": max(1, -(-total // per_page)),
             "sort": sort,
             "order": order,
-            "filter": filters.describe() + (f" url~{q}" if q else ""),
+            "filter": filters.describe(),
             "tasks": rows,
         }
 
@@ -463,57 +411,31 @@ class Backend:
         }
 
     def _live(self, client: Any, spider: str, task_id: str) -> dict[str, Any]:
-        k = keys_for(spider)
-        pipe = client.pipeline(transaction=False)
-        pipe.zscore(k.due, task_id)
-        pipe.zscore(k.leased, task_id)
-        pipe.hget(k.owners, task_id)
-        pipe.zscore(k.dead, task_id)
-        due, leased, owner, dead = pipe.execute()
+        place = view.task_place(client, spider, task_id)
         return {
             "available": True,
-            "due_at": _iso(datetime.fromtimestamp(due / 1000, UTC)) if due is not None else None,
-            "lease_until": _iso(datetime.fromtimestamp(leased / 1000, UTC))
-            if leased is not None
-            else None,
-            "held_by": _s(owner).rsplit(":", 2)[0] if owner is not None else None,
-            "dead_in_redis": dead is not None,
+            "due_at": _ms_iso(place.due_ms),
+            "lease_until": _ms_iso(place.lease_until_ms),
+            "held_by": place.held_by,
+            "dead_in_redis": place.dead_in_redis,
         }
 
     def _events(self, client: Any, spider: str, task_id: str) -> list[dict[str, Any]]:
         """This task's events among the newest TIMELINE_SCAN of its spider, oldest first."""
-        key = keys_for(spider).events
         out: list[dict[str, Any]] = []
-        cursor = "+"
-        scanned = 0
-        while scanned < TIMELINE_SCAN:
-            entries = client.xrevrange(key, max=cursor, min="-", count=2000)
-            if not entries:
-                break
-            for entry_id, raw in entries:
-                fields = {_s(k): _s(v) for k, v in raw.items()}
-                ids = fields.get("ids", "").split() if "ids" in fields else [fields.get("id")]
-                if task_id not in ids:
-                    continue
-                event: dict[str, Any] = {
-                    "type": fields.get("type"),
-                    "at": _iso(
-                        datetime.fromtimestamp(int(_s(entry_id).partition("-")[0]) / 1000, UTC)
-                    ),
-                    "kind": fields.get("kind") or None,
-                    "attempt": fields.get("attempt") or None,
-                    "node": fields.get("node") or None,
-                    "manual": fields.get("manual") or None,
-                }
-                if fields.get("type") == "scheduled" and fields.get("due") and fields.get("ts"):
-                    event["delay_s"] = round((int(fields["due"]) - int(fields["ts"])) / 1000, 3)
-                    event["due_at"] = _iso(datetime.fromtimestamp(int(fields["due"]) / 1000, UTC))
-                out.append(event)
-            scanned += len(entries)
-            cursor = "(" + _s(entries[-1][0])
-            if len(entries) < 2000:
-                break
-        out.reverse()
+        for ms, fields in view.task_events(client, spider, task_id, scan=TIMELINE_SCAN):
+            event: dict[str, Any] = {
+                "type": fields.get("type"),
+                "at": _ms_iso(ms),
+                "kind": fields.get("kind") or None,
+                "attempt": fields.get("attempt") or None,
+                "node": fields.get("node") or None,
+                "manual": fields.get("manual") or None,
+            }
+            if fields.get("type") == "scheduled" and fields.get("due") and fields.get("ts"):
+                event["delay_s"] = round((int(fields["due"]) - int(fields["ts"])) / 1000, 3)
+                event["due_at"] = _ms_iso(int(fields["due"]))
+            out.append(event)
         return out
 
     def _next_step(self, task: Mapping[str, Any], live: Mapping[str, Any]) -> str:
@@ -546,33 +468,22 @@ class Backend:
     # -- actions -------------------------------------------------------------------
 
     def action_filters(self, action: str, filters: Filters) -> Filters:
-        if action not in ACTION_STATUSES:
+        if action not in ACTIONS:
             raise DashboardError(f"unknown action {action!r}; known: {', '.join(ACTIONS)}", 404)
-        allowed = ACTION_STATUSES[action]
-        statuses = [s for s in filters.statuses if s in allowed]
-        return dataclasses.replace(filters, statuses=statuses)
+        return actions.applicable(action, filters)
 
-    def count_for(self, action: str, filters: Filters, q: str = "") -> int:
+    def count_for(self, action: str, filters: Filters) -> int:
         narrowed = self.action_filters(action, filters)
-        store = self.store()
-        with store.connect() as conn:
-            if not q:
-                return count(conn, narrowed)
-            return int(
-                conn.execute(
-                    select(func.count()).select_from(tasks_table).where(_where(narrowed, q))
-                ).scalar_one()
-            )
+        with self.store().connect() as conn:
+            return count(conn, narrowed)
 
-    def run_action(
-        self, action: str, filters: Filters, q: str = "", *, dry_run: bool = False
-    ) -> dict[str, Any]:
+    def run_action(self, action: str, filters: Filters, *, dry_run: bool = False) -> dict[str, Any]:
         """Apply *action* to the matching tasks it applies to; says how many it touched."""
         narrowed = self.action_filters(action, filters)
-        matched = self.count_for(action, filters, q)
+        matched = self.count_for(action, filters)
         result: dict[str, Any] = {
             "action": action,
-            "filter": narrowed.describe() + (f" url~{q}" if q else ""),
+            "filter": narrowed.describe(),
             "matched": matched,
             "changed": 0,
             "skipped": 0,
@@ -580,90 +491,35 @@ class Backend:
         }
         if dry_run or not matched:
             return result
-        where = _where(narrowed, q)
+        store = self.store()
         if action == "purge":
-            store = self.store()
-            with store.begin() as conn:
-                result["changed"] = conn.execute(delete(tasks_table).where(where)).rowcount
+            result["changed"] = actions.purge(store, narrowed)
             return result
         client = self.redis()
         if client is None:
             raise DashboardError("the embedded Redis server is not running", 503)
+        config = self.sources().config
+        # Its events say who changed the queue: the dashboard of this node.
+        node_id = f"{config.node_id}:dashboard"
         if action == "requeue":
-            changed, skipped = self._requeue(client, where)
+            # With a fresh budget, as ``scrapy deadletters requeue`` does by default.
+            requeued = actions.requeue(
+                store, client, narrowed, node_id=node_id, events_maxlen=config.events_maxlen
+            )
+            # Malformed, or a live retry of the same request is queued already.
+            changed, skipped = requeued.moved, requeued.live + len(requeued.malformed)
+            spiders = requeued.spiders
         else:
-            changed, skipped = self._queue_op(client, action, where)
+            op = actions.retry_now if action == "retry_now" else actions.cancel
+            done = op(store, client, narrowed, node_id=node_id, events_maxlen=config.events_maxlen)
+            changed, skipped, spiders = done.changed, done.skipped, done.spiders
+        self.sync(client, spiders)
         result["changed"], result["skipped"] = changed, skipped
         return result
 
-    def _rows(self, where: ColumnElement[bool], *columns: Any) -> Any:
-        """Matching rows in id order, a chunk at a time (keyset, not offset)."""
-        c = tasks_table.c
-        store = self.store()
-        last = 0
-        while True:
-            with store.connect() as conn:
-                rows = conn.execute(
-                    select(c.id, *columns).where(where, c.id > last).order_by(c.id).limit(_CHUNK)
-                ).all()
-            if not rows:
-                return
-            last = rows[-1].id
-            yield rows
-
-    def _queue(self, client: Any, spider: str) -> RedisDelayedQueue:
-        config = self.context().config
-        return RedisDelayedQueue(
-            client,
-            spider,
-            node_id=f"{config.node_id}:dashboard",
-            events_maxlen=config.events_maxlen,
-        )
-
-    def _queue_op(self, client: Any, action: str, where: ColumnElement[bool]) -> tuple[int, int]:
-        c = tasks_table.c
-        changed = skipped = 0
-        spiders: set[str] = set()
-        for rows in self._rows(where, c.spider, c.task_id):
-            by_spider: dict[str, list[str]] = {}
-            for row in rows:
-                by_spider.setdefault(row.spider, []).append(row.task_id)
-            now_ms = int(time.time() * 1000)
-            for spider, ids in by_spider.items():
-                queue = self._queue(client, spider)
-                op = queue.retry_now if action == "retry_now" else queue.cancel
-                done = op(ids, now=now_ms)
-                changed += sum(done)
-                skipped += len(done) - sum(done)
-                spiders.add(spider)
-        self.sync(client, spiders)
-        return changed, skipped
-
-    def _requeue(self, client: Any, where: ColumnElement[bool]) -> tuple[int, int]:
-        """Dead letters back in the queue, due now, with a fresh budget (as
-        ``scrapy deadletters requeue`` does)."""
-        store = self.store()
-        changed = skipped = 0
-        spiders: set[str] = set()
-        node_id = f"{self.context().config.node_id}:dashboard"
-        for rows in self._rows(where, *requeue_columns(tasks_table)[1:]):
-            done = requeue_rows(
-                store,
-                rows,
-                queue_for=lambda spider: self._queue(client, spider),
-                node_id=node_id,
-                keep_budget=False,
-            )
-            changed += done.moved
-            # Malformed, or a live retry of the same request is queued already.
-            skipped += done.live + len(done.malformed)
-            spiders |= done.spiders
-        self.sync(client, spiders)
-        return changed, skipped
-
     def sync(self, client: Any, spiders: set[str]) -> None:
         """Write the spiders' waiting events into the store now, so the change shows."""
-        context = self.context()
+        sources = self.sources()
         store = self.store()
         for spider in sorted(spiders):
             try:
@@ -671,10 +527,10 @@ class Backend:
                     store,
                     client,
                     spider,
-                    consumer=f"{context.config.node_id}:dashboard",
-                    batch_size=context.store_config.batch_size,
-                    claim_idle=context.store_config.claim_idle,
-                    policy_table=context.config.policy_table,
+                    consumer=f"{sources.config.node_id}:dashboard",
+                    batch_size=sources.store_config.batch_size,
+                    claim_idle=sources.store_config.claim_idle,
+                    policy_table=sources.config.policy_table,
                 ).drain()
             except (redis.RedisError, StoreError):
                 # The change is in Redis; the next writer run stores it.
@@ -688,7 +544,7 @@ class Backend:
             "# HELP retryqueue_queue_tasks Tasks in the Redis queue by state.",
             "# TYPE retryqueue_queue_tasks gauge",
         ]
-        now_ms = int(time.time() * 1000)
+        now = now_ms()
         up_redis = up_store = 0
         client = None
         try:
@@ -696,20 +552,18 @@ class Backend:
             up_redis = int(client is not None)
         except DashboardError:
             pass
-        spiders: set[str] = set()
         if client is not None:
             try:
-                spiders = _spiders_in_redis(client)
-                for spider in sorted(spiders):
-                    live = redis_counts(client, spider, now_ms)
-                    for state, key in (
-                        ("due", "due"),
-                        ("due_now", "due_now"),
-                        ("leased", "leased"),
-                        ("dead", "dead_in_redis"),
+                for spider in sorted(view.spiders(client)):
+                    live = view.counts(client, spider, now)
+                    for state, n in (
+                        ("due", live.due),
+                        ("due_now", live.due_now),
+                        ("leased", live.leased),
+                        ("dead", live.dead_in_redis),
                     ):
                         lines.append(
-                            f'retryqueue_queue_tasks{{spider="{_label(spider)}",state="{state}"}} {live[key]}'
+                            f'retryqueue_queue_tasks{{spider="{_label(spider)}",state="{state}"}} {n}'
                         )
             except redis.RedisError:
                 up_redis = 0

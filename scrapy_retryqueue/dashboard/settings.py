@@ -9,6 +9,9 @@ from typing import Any
 from .. import defaults
 from ..exceptions import ConfigError
 
+#: Most rows one page of the tasks table shows.
+MAX_PAGE_SIZE = 500
+
 
 @dataclass(frozen=True, slots=True)
 class DashboardConfig:
@@ -69,9 +72,9 @@ def load_dashboard_config(settings: Any, **overrides: Any) -> DashboardConfig:
         page_size = int(values["page_size"])
     except (TypeError, ValueError):
         page_size = 0
-    if not 1 <= page_size <= 500:
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ConfigError(
-            f"RETRYQUEUE_DASHBOARD_PAGE_SIZE must be 1-500, got {values['page_size']!r}"
+            f"RETRYQUEUE_DASHBOARD_PAGE_SIZE must be 1-{MAX_PAGE_SIZE}, got {values['page_size']!r}"
         )
     return DashboardConfig(str(values["host"]), port, token or None, refresh, page_size)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import itertools
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..defaults import PROBE_RECHECK_MS, QUEUE_BATCH
+from ..keys import lease_prefix, lease_token
 from ..values import now_ms
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Leases:
         self.config = config
         #: Task id -> lease token, for the tasks this node runs now.
         self.held: dict[str, str] = {}
-        self._prefix = f"{config.node_id}:{uuid.uuid4().hex[:12]}"
+        self._prefix = lease_prefix(config.node_id)
         self._serial = itertools.count()
         self._last_renew = 0.0
 
@@ -65,7 +65,7 @@ class Leases:
         return max(0, self.config.max_in_flight - len(self.held))
 
     def new_token(self) -> str:
-        return f"{self._prefix}:{next(self._serial)}"
+        return lease_token(self._prefix, next(self._serial))
 
     def poll_io(
         self, queue: RedisDelayedQueue, domains: DomainCooldowns | None

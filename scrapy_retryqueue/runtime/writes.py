@@ -116,7 +116,7 @@ class WritePath:
         logger.info(
             "scrapy-retryqueue: node %s, queue %s at %s",
             config.node_id,
-            self.queue.keys.due.rsplit(":", 1)[0],
+            self.queue.keys.namespace,
             redact_url(url),
         )
         return self.queue

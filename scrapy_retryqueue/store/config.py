@@ -9,9 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from .. import defaults
 from ..config import bool_setting, number_setting, raw_setting, redact_url
 from ..exceptions import ConfigError
@@ -61,6 +58,10 @@ def check_database_url(url: Any, *, name: str = "RETRYQUEUE_DATABASE_URL") -> st
         return None
     if not isinstance(url, str):
         raise ConfigError(f"{name} must be a database URL string, got {url!r}")
+    # Here, not at the top: a crawl reads these settings before it needs SQLAlchemy.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):

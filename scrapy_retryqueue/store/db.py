@@ -3,7 +3,8 @@
 ``Store(url)`` opens a database; :meth:`Store.ensure_schema` refuses, with a
 message that says what to do, a database whose schema is older or newer than
 this code, and creates the schema in an empty one (Alembic migrations shipped
-with the package; ``scrapy deadletters migrate`` applies them).
+with the package; ``scrapy deadletters migrate`` applies them). Alembic is
+imported only when a schema is checked, created or upgraded.
 """
 
 from __future__ import annotations
@@ -13,20 +14,21 @@ import fcntl
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..config import redact_url
+from ..exceptions import RetryQueueError
 from .models import VERSION_TABLE, tasks_table
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ SCRIPT_LOCATION = "scrapy_retryqueue.store:migrations"
 _PG_LOCK_KEY = 0x7271_7374_6F72_65
 
 
-class StoreError(Exception):
+class StoreError(RetryQueueError):
     """The store cannot be used; the message says why and what to do."""
 
 
@@ -62,6 +64,8 @@ def is_connection_error(exc: BaseException) -> bool:
 
 
 def alembic_config(script_location: str = SCRIPT_LOCATION) -> AlembicConfig:
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", script_location)
     return cfg
@@ -125,8 +129,17 @@ class Store:
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         self.table = tasks_table
-        self._alembic = alembic_config(script_location)
-        self._script = ScriptDirectory.from_config(self._alembic)
+        self._script_location = script_location
+
+    @cached_property
+    def _alembic(self) -> AlembicConfig:
+        return alembic_config(self._script_location)
+
+    @cached_property
+    def _script(self) -> ScriptDirectory:
+        from alembic.script import ScriptDirectory
+
+        return ScriptDirectory.from_config(self._alembic)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -168,6 +181,9 @@ class Store:
         if conn is None:
             with self.connect() as c:
                 return self.schema_state(c)
+        from alembic.runtime.migration import MigrationContext
+        from alembic.util.exc import CommandError
+
         context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         heads = context.get_current_heads()
         current = heads[0] if heads else None
@@ -224,6 +240,8 @@ class Store:
 
     def upgrade(self, revision: str = "head") -> tuple[str | None, str]:
         """Apply migrations up to *revision*; returns (before, after)."""
+        from alembic import command
+
         with self._schema_lock():
             with self.connect() as conn:
                 before = self.schema_state(conn)
@@ -245,8 +263,10 @@ class Store:
         """The SQL that :meth:`upgrade` runs from an empty database (offline mode)."""
         import io
 
+        from alembic import command
+
         buffer = io.StringIO()
-        cfg = alembic_config(self._alembic.get_main_option("script_location") or SCRIPT_LOCATION)
+        cfg = alembic_config(self._script_location)
         cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
         cfg.output_buffer = buffer
         command.upgrade(cfg, revision, sql=True)

@@ -1,24 +1,30 @@
-"""Reading and changing the store for people: filters, export rows, counts.
+"""Reading the store for people: filters, counts, matching rows, export rows, status counts.
 
-Used by ``scrapy deadletters`` and ``scrapy retryqueue status``; no Scrapy here.
+Used by ``scrapy deadletters``, ``scrapy retryqueue status`` and the dashboard;
+no Scrapy here. The changes people make are :mod:`.actions`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Text, and_, cast, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..defaults import ALL_KINDS, TASK_STATUSES
+from ..defaults import ALL_KINDS, FINAL_TASK_STATUSES, TASK_STATUSES
+from ..exceptions import RetryQueueError
 from .models import tasks_table
 
-FINAL_STATUSES = ("succeeded", "dead", "cancelled")
+if TYPE_CHECKING:
+    from .db import Store
+
+#: Rows read per query when going through many (keyset pages, not offsets).
+CHUNK = 500
 
 #: Columns of an export, in order.
 EXPORT_COLUMNS = (
@@ -57,7 +63,7 @@ _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*(?:ago)?\s*$", re.IGN
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-class FilterError(ValueError):
+class FilterError(RetryQueueError, ValueError):
     """A filter value that cannot be used; the message names the option and value."""
 
 
@@ -98,6 +104,8 @@ class Filters:
     statuses: list[str] = field(default_factory=lambda: ["dead"])
     #: Row ids (numbers) or task ids (fingerprints).
     ids: list[str] = field(default_factory=list)
+    #: A substring of the URL (the dashboard's search box); empty: any URL.
+    url_contains: str = ""
 
     @classmethod
     def from_options(
@@ -158,7 +166,7 @@ class Filters:
     @property
     def time_column(self) -> Any:
         c = tasks_table.c
-        return c.finished_at if set(self.statuses) <= set(FINAL_STATUSES) else c.updated_at
+        return c.finished_at if set(self.statuses) <= set(FINAL_TASK_STATUSES) else c.updated_at
 
     def where(self) -> ColumnElement[bool]:
         c = tasks_table.c
@@ -182,6 +190,8 @@ class Filters:
         if self.ids:
             numbers = [int(i) for i in self.ids if i.isdigit() and len(i) < 19]
             clauses.append(or_(c.task_id.in_(self.ids), c.id.in_(numbers)))
+        if self.url_contains:
+            clauses.append(c.url.contains(self.url_contains, autoescape=True))
         return and_(*clauses)
 
     def describe(self) -> str:
@@ -200,6 +210,8 @@ class Filters:
             parts.append(f"since={self.since.isoformat(timespec='seconds')}")
         if self.until:
             parts.append(f"until={self.until.isoformat(timespec='seconds')}")
+        if self.url_contains:
+            parts.append(f"url~{self.url_contains}")
         return " ".join(parts)
 
 
@@ -209,6 +221,28 @@ def count(conn: Connection, filters: Filters) -> int:
             select(func.count()).select_from(tasks_table).where(filters.where())
         ).scalar_one()
     )
+
+
+def chunks(
+    store: Store, filters: Filters, columns: Iterable[Any], *, limit: int | None = None
+) -> Iterator[list[Any]]:
+    """Matching rows (``id`` and *columns*) in id order, CHUNK at a time, at most
+    *limit*. Each chunk is read on a connection of its own, so the caller may
+    change the rows between chunks (the next one starts after the last id seen)."""
+    c = tasks_table.c
+    wanted = [c.id, *(col for col in columns if col is not c.id)]
+    seen = last = 0
+    while limit is None or seen < limit:
+        size = CHUNK if limit is None else min(CHUNK, limit - seen)
+        with store.connect() as conn:
+            rows = conn.execute(
+                select(*wanted).where(filters.where(), c.id > last).order_by(c.id).limit(size)
+            ).all()
+        if not rows:
+            return
+        last = rows[-1].id
+        seen += len(rows)
+        yield rows
 
 
 #: Export columns whose values are JSON documents (streamed as their JSON text).

@@ -1,8 +1,11 @@
-"""The Redis side of the store writer: the events stream's consumer group and
+"""The store writer's own Redis side: its consumer group on the events stream, and
 the removal of dead letters once the store holds them.
 
-Kept apart from :mod:`scrapy_retryqueue.queue` (the retry queue's own
-operations); key names still come from :mod:`scrapy_retryqueue.keys`.
+Only the store writer uses it: it reads and acknowledges events through the
+``store`` consumer group and deletes stored dead letters with its own script
+(``store/lua/forget_dead.lua``). The retry queue's writes are
+:mod:`scrapy_retryqueue.queue`'s, people's reads :mod:`scrapy_retryqueue.view`'s;
+key names come from :mod:`scrapy_retryqueue.keys`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import redis
 
 from ..defaults import STORE_CONSUMER_GROUP
 from ..keys import Keys, keys_for
+from ..values import as_text
 
 Entry = tuple[Any, Any]
 
@@ -22,10 +26,6 @@ Entry = tuple[Any, Any]
 def load_script(name: str) -> str:
     """The source of ``store/lua/<name>.lua`` (the store's own scripts)."""
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class EventStream:
@@ -74,7 +74,7 @@ class EventStream:
         """Entries delivered to this consumer and not acknowledged (a failed write),
         from the one after *after* on."""
         self.ensure_group()
-        return self._read(_s(after), count, None)
+        return self._read(as_text(after), count, None)
 
     def read_new(self, count: int, block_ms: int) -> list[Entry]:
         self.ensure_group()
@@ -91,10 +91,10 @@ class EventStream:
         reply = self.client.xautoclaim(
             self.keys.events, self.group, self.consumer, min_idle_ms, start_id=cursor, count=count
         )
-        next_cursor = _s(reply[0])
+        next_cursor = as_text(reply[0])
         entries = [e for e in reply[1] if e and e[1]]
-        deleted = [_s(x) for x in (reply[2] if len(reply) > 2 else [])]
-        deleted += [_s(e[0]) for e in reply[1] if e and not e[1]]
+        deleted = [as_text(x) for x in (reply[2] if len(reply) > 2 else [])]
+        deleted += [as_text(e[0]) for e in reply[1] if e and not e[1]]
         return next_cursor, entries, deleted
 
     def ack(self, ids: Sequence[Any]) -> int:
@@ -111,7 +111,7 @@ class EventStream:
     def lag(self) -> int | None:
         """Entries not yet delivered to the group (None when Redis cannot tell)."""
         for group in self.client.xinfo_groups(self.keys.events):
-            name = _s(group.get("name", group.get(b"name", b"")))
+            name = as_text(group.get("name", group.get(b"name", b"")))
             if name == self.group:
                 lag = group.get("lag")
                 return None if lag is None else int(lag)
@@ -153,7 +153,7 @@ class EventStream:
         )
         if not rows:
             return []
-        ids = [_s(raw_id) for raw_id, _ in rows]
+        ids = [as_text(raw_id) for raw_id, _ in rows]
         envelopes = self.client.hmget(self.keys.deadtasks, ids)
         return [
             (task_id, int(score), env)

@@ -25,8 +25,12 @@ from typing import Any
 from sqlalchemy import and_, delete, select
 from sqlalchemy.exc import DBAPIError
 
+from ..defaults import STORE_SETTINGS
 from ..policy import PolicyTable
-from ..writer import (
+from ..values import now_ms
+from .db import Store, describe_db_error, is_connection_error
+from .redisops import EventStream
+from .writer import (
     ENVELOPE_FROM_DEAD,
     ENVELOPE_FROM_TASKS,
     Batch,
@@ -38,8 +42,6 @@ from ..writer import (
     stored_deaths,
     sweep_statement,
 )
-from .db import Store, describe_db_error, is_connection_error
-from .redisops import EventStream
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +80,8 @@ class EventSync:
         spider: str,
         *,
         consumer: str,
-        batch_size: int = 500,
-        claim_idle: float = 60.0,
+        batch_size: int = STORE_SETTINGS["RETRYQUEUE_STORE_BATCH_SIZE"],
+        claim_idle: float = STORE_SETTINGS["RETRYQUEUE_STORE_CLAIM_IDLE"],
         policy_table: PolicyTable | None = None,
         stats: Stats | None = None,
     ) -> None:
@@ -205,10 +207,6 @@ class EventSync:
                         )
         return applied
 
-    def write_entries(self, entries: list[Any]) -> StepResult:
-        """Write these stream entries (read elsewhere) as one batch."""
-        return self.write(Prepared(entries, self.build(parse_entries(self.spider, entries)), 0))
-
     def reset(self) -> None:
         """After a failure: start again from this consumer's unacknowledged entries."""
         self._own_pending = True
@@ -281,7 +279,7 @@ class EventSync:
         """Store dead letters that sit in Redis without an event to carry them
         (their events were trimmed, say, during a long database outage)."""
         if older_than_ms is None:
-            older_than_ms = int(time.time() * 1000) - self.claim_idle_ms
+            older_than_ms = now_ms() - self.claim_idle_ms
         stored = skip = 0
         while True:
             found = self.stream.dead_letters(
@@ -319,20 +317,11 @@ class EventSync:
         self.inc("swept", stored)
         return stored
 
-    # -- retention -----------------------------------------------------------
-
-    def apply_retention(
-        self, *, dead_days: float | None, history_days: float | None
-    ) -> tuple[int, int]:
-        """Delete this spider's dead letters / finished tasks older than the settings say."""
-        return apply_retention(
-            self.store, spider=self.spider, dead_days=dead_days, history_days=history_days
-        )
-
 
 def apply_retention(
     store: Store, *, spider: str | None, dead_days: float | None, history_days: float | None
 ) -> tuple[int, int]:
+    """Delete dead letters / finished tasks (of *spider*, or all) older than so many days."""
     table = store.table
     now = datetime.now(UTC)
     counts = []

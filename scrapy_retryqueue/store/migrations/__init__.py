@@ -1,0 +1,1 @@
+"""The store's Alembic migrations (``scrapy deadletters migrate`` applies them)."""

@@ -39,9 +39,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .defaults import META_MAX_RETRIES, META_POLICY, POLICY_KINDS
-from .policy import PolicyTable
-from .store.models import UTCDateTime, tasks_table
+from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES, META_POLICY, POLICY_KINDS
+from ..policy import PolicyTable
+from ..values import as_text
+from .models import UTCDateTime, tasks_table
 
 #: Event type → task status.
 STATUS_OF = {
@@ -53,7 +54,7 @@ STATUS_OF = {
     "dead": "dead",
     "cancelled": "cancelled",
 }
-FINAL = frozenset({"succeeded", "dead", "cancelled"})
+FINAL = frozenset(FINAL_TASK_STATUSES)
 #: Events whose envelope is read from the tasks hash / the dead letters hash.
 ENVELOPE_FROM_TASKS = frozenset({"scheduled"})
 ENVELOPE_FROM_DEAD = frozenset({"dead"})
@@ -113,7 +114,8 @@ class Event:
         return int(ms), int(seq or 0)
 
 
-def _s(value: Any) -> str:
+def _lenient_text(value: Any) -> str:
+    # Not values.as_text: one entry that is not UTF-8 must not stop the stream.
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
@@ -126,8 +128,8 @@ def parse_entries(spider: str, entries: Iterable[tuple[Any, Any]]) -> list[Event
         try:
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
         except (AttributeError, UnicodeDecodeError):  # str already, or not UTF-8
-            decoded = {_s(k): _s(v) for k, v in fields.items()}
-        stream_id = _s(entry_id)
+            decoded = {_lenient_text(k): _lenient_text(v) for k, v in fields.items()}
+        stream_id = as_text(entry_id)
         if "ids" in decoded and "id" not in decoded:
             # One entry for a batch (claim): its "ids" lists the task ids.
             for task_id in decoded["ids"].split():
@@ -157,7 +159,7 @@ def parse_envelope(raw: str | bytes | None) -> EnvelopeDoc | None:
     """An envelope as a dict, leniently: a malformed one is kept as ``{"raw": text}``."""
     if raw is None:
         return None
-    text = _s(raw)
+    text = _lenient_text(raw)
     try:
         doc = json.loads(text)
     except ValueError:
