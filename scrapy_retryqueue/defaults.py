@@ -98,21 +98,25 @@ def _policy(
 #: RETRYQUEUE_POLICIES: per failure kind; delays in seconds. A project's value is
 #: merged over this one key by key, so it only names what it changes.
 POLICIES: dict[str, dict[str, Any]] = {
+    # Every delay below is shorter than the default RETRYQUEUE_IDLE_TIMEOUT, so
+    # a one-shot `scrapy crawl` runs every retry of its failures before it
+    # closes (unless a server's Retry-After asks for longer); docs/settings.md
+    # lists how long each kind's chain can extend a crawl.
     # 3, 6, 12, 24, 48 s before jitter.
     "timeout": _policy(True, 3.0, 2.0, 120.0, 5),
-    "connection": _policy(True, 5.0, 2.0, 300.0, 5),
-    "dns": _policy(True, 30.0, 2.0, 600.0, 3),
+    "connection": _policy(True, 5.0, 2.0, 120.0, 5),
+    "dns": _policy(True, 30.0, 2.0, 120.0, 3),
     # Longer: hammering a site that asks us to slow down makes things worse.
-    "rate_limited": _policy(True, 30.0, 2.0, 1800.0, 8),
-    "server_error": _policy(True, 10.0, 2.0, 600.0, 5),
-    # A layout that changed for an hour: few tries, far apart.
-    "parse": _policy(True, 600.0, 2.0, 3600.0, 3),
+    "rate_limited": _policy(True, 30.0, 2.0, 240.0, 6),
+    "server_error": _policy(True, 10.0, 2.0, 240.0, 5),
+    # A layout that changed for a while: few tries, further apart.
+    "parse": _policy(True, 30.0, 2.0, 240.0, 3),
     # A database that refused a write usually takes it a moment later.
     "storage": _policy(True, 1.0, 2.0, 60.0, 5),
     "not_found": _policy(False),
     "forbidden": _policy(False),
     "rule": _policy(False),
-    "unknown": _policy(True, 60.0, 2.0, 600.0, 2),
+    "unknown": _policy(True, 60.0, 2.0, 120.0, 2),
 }
 
 #: RETRYQUEUE_STATUS_KINDS: which HTTP statuses are failures, and of which kind.

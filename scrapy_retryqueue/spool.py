@@ -3,14 +3,17 @@
 Writes wait in memory up to a limit, then in a JSON-lines file, and are
 replayed in order once Redis answers again. The file is locked by the process
 that owns it; a file whose lock is free belongs to a crawl that died, and the
-next crawl of the same spider adopts and replays it, so a crash during an
-outage loses nothing either.
+next crawl of the same spider against the same queue adopts and replays it, so
+a crash during an outage loses nothing either. A spool belongs to one queue
+(Redis server, database and spider): writes spooled for one server are never
+replayed into another.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -53,13 +56,34 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+#: File beside a queue's spool folders that names the queue, for people.
+QUEUE_LABEL = "QUEUE"
+
+
+def queue_id(queue: str) -> str:
+    """A short, stable folder name for one queue's spools."""
+    return hashlib.sha1(queue.encode()).hexdigest()[:12]
+
+
 class Spool:
     """Thread-safe FIFO of writes: memory first, then a file."""
 
     def __init__(
-        self, directory: Path, spider: str, node_id: str, *, memory_limit: int, limit: int
+        self,
+        directory: Path,
+        spider: str,
+        node_id: str,
+        *,
+        queue: str,
+        memory_limit: int,
+        limit: int,
     ):
-        self.directory = directory / "spool" / _safe(spider)
+        #: Where every spool of every queue lives.
+        self.root = directory / "spool"
+        self.spider = _safe(spider)
+        #: The queue's address as people may see it (no password).
+        self.queue = queue
+        self.directory = self.root / queue_id(queue) / self.spider
         self.path = self.directory / f"{_safe(node_id)}.jsonl"
         self.memory_limit = memory_limit
         self.limit = limit
@@ -74,6 +98,9 @@ class Spool:
     def open(self) -> list[Write]:
         """Lock this process's file; return the writes of dead crawls' files."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        label = self.directory.parent / QUEUE_LABEL
+        if not label.exists():
+            label.write_text(self.queue + "\n", encoding="utf-8")
         self._file = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until close
         fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         adopted: list[Write] = []
@@ -97,6 +124,30 @@ class Spool:
             writes = [_from_line(line) for line in handle if line.strip()]
             path.unlink()
             return writes
+
+    def elsewhere(self) -> list[tuple[Path, int, str]]:
+        """Spool files of this spider left for other queues: (path, writes, queue).
+
+        They are never replayed here; a crawl against their queue replays them.
+        """
+        found: list[tuple[Path, int, str]] = []
+        if not self.root.is_dir():
+            return found
+        for spider_dir in sorted(self.root.glob(f"*/{self.spider}")) + [self.root / self.spider]:
+            if spider_dir == self.directory or not spider_dir.is_dir():
+                continue
+            label = spider_dir.parent / QUEUE_LABEL
+            queue = (
+                label.read_text(encoding="utf-8").strip()
+                if label.is_file()
+                else "a Redis this version cannot name (spooled by an older version)"
+            )
+            for path in sorted(spider_dir.glob("*.jsonl")):
+                with open(path, encoding="utf-8") as handle:
+                    count = sum(1 for line in handle if line.strip())
+                if count:
+                    found.append((path, count, queue))
+        return found
 
     def add(self, write: Write) -> None:
         with self._lock:

@@ -245,13 +245,21 @@ class RetryQueueStoreExtension:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             self._inc("retryqueue/store/outages", 1)
-            url = self.store.safe_url if self.store is not None else self.database_url
-            logger.error(
-                "scrapy-retryqueue: the store at %s cannot be written (%s); events wait in "
-                "Redis and are written when it is back",
-                url,
-                _describe(exc),
-            )
+            if isinstance(exc, redis.RedisError):
+                # The events stream is out of reach, not the database: name Redis.
+                logger.error(
+                    "scrapy-retryqueue: the store writer cannot read the events in Redis "
+                    "(%s); they wait there and are written to the store when Redis answers",
+                    _describe(exc),
+                )
+            else:
+                url = self.store.safe_url if self.store is not None else self.database_url
+                logger.error(
+                    "scrapy-retryqueue: the store's database at %s cannot be written (%s); "
+                    "events wait in Redis and are written when it is back",
+                    url,
+                    _describe(exc),
+                )
         # A connection that broke mid-transaction is discarded by the pool.
         if self.store is not None:
             self.store.engine.dispose()

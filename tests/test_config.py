@@ -76,9 +76,28 @@ def test_default_policies_cover_every_kind():
     policies = _load().policy_table.policies
     assert set(policies) == set(defaults.POLICY_KINDS)
     assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 5, "equal")
-    assert policies["rate_limited"] == Policy(True, 30.0, 2.0, 1800.0, 8, "equal")
+    assert policies["rate_limited"] == Policy(True, 30.0, 2.0, 240.0, 6, "equal")
     for kind in defaults.PERMANENT_KINDS:
         assert policies[kind].retry is False
+
+
+def test_a_one_shot_crawl_runs_every_default_retry_before_it_gives_up_waiting():
+    # The extension closes an idle crawl at once when the next retry is due
+    # further away than RETRYQUEUE_IDLE_TIMEOUT: no default delay may be longer.
+    from scrapy_retryqueue.backoff import compute_backoff
+
+    config = _load()
+    for kind, policy in config.policy_table.policies.items():
+        for attempt in range(policy.max_retries if policy.retry else 0):
+            delay = compute_backoff(
+                attempt,
+                base_delay=policy.base_delay,
+                multiplier=policy.multiplier,
+                max_delay=policy.max_delay,
+                jitter="none",
+                rand=lambda: 1.0,
+            )
+            assert delay < config.idle_timeout, (kind, attempt, delay)
 
 
 def test_default_exception_kinds_import():
@@ -127,7 +146,7 @@ def test_user_policies_merge_key_by_key():
     config = _load({"RETRYQUEUE_POLICIES": {"timeout": {"max_retries": 1}}})
     policies = config.policy_table.policies
     assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 1, "equal")
-    assert policies["connection"] == Policy(True, 5.0, 2.0, 300.0, 5, "equal")
+    assert policies["connection"] == Policy(True, 5.0, 2.0, 120.0, 5, "equal")
 
 
 def test_status_kinds_merge_add_and_remove():

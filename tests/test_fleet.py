@@ -284,6 +284,8 @@ def test_a_crawl_that_ends_during_an_outage_leaves_its_spool_to_the_next(
         "RETRYQUEUE_POLICIES": FAST_POLICIES,
         "RETRYQUEUE_EMBEDDED_DIR": str(local),
         "RETRYQUEUE_IDLE_TIMEOUT": 2,
+        # Redis is down from the start: without this the crawl would stop at once.
+        "RETRYQUEUE_START_WITHOUT_REDIS": True,
     }
     with flaky_site(pages=40) as site:
         stop_redis()
@@ -294,6 +296,8 @@ def test_a_crawl_that_ends_during_an_outage_leaves_its_spool_to_the_next(
         spooled = list((local / "spool").rglob("*.jsonl"))
         assert len(spooled) == 1 and spooled[0].read_text().count("\n") > 0
         assert "wait in" in first.log
+        assert "'finish_reason': 'retryqueue_work_left'" in first.log
+        assert "Redis did not take, kept in" in first.log
 
         start_redis()
         process, out = start_crawl(site.url, spider, tmp_path, settings, "-a", "index=false")

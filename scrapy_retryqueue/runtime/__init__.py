@@ -104,7 +104,7 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
 
 def preflight(config: Config) -> None:
     """Stop the crawl with one error line when its Redis cannot be reached at start."""
-    from ..connection import check_reachable, embedded_dir
+    from ..connection import check_reachable
     from ..defaults import REDIS_START_TIMEOUT
     from ..exceptions import EmbeddedServerError
     from ..startup import stop_at_start
@@ -112,8 +112,10 @@ def preflight(config: Config) -> None:
     if config.redis_url is None:
         from .. import embedded
 
+        # Whether it can run here at all; it is started when the spider opens,
+        # so that building a crawler starts no process.
         try:
-            embedded.ensure_server(embedded_dir(config.embedded_dir))
+            embedded.server_binary()
         except EmbeddedServerError as exc:
             stop_at_start(f"the embedded Redis-compatible server cannot start: {exc}")
         return

@@ -81,13 +81,6 @@ class WritePath:
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="retryqueue")
         self._pool.start()
         directory = embedded_dir(config.embedded_dir)
-        self.spool = Spool(
-            directory,
-            spider_name,
-            config.node_id,
-            memory_limit=config.spool_memory,
-            limit=config.spool_max,
-        )
         client, url = await maybe_deferred_to_future(
             self.call(
                 client_for,
@@ -97,10 +90,27 @@ class WritePath:
             )
         )
         self.redis_url = url
+        self.spool = Spool(
+            directory,
+            spider_name,
+            config.node_id,
+            queue=redact_url(url),
+            memory_limit=config.spool_memory,
+            limit=config.spool_max,
+        )
         self.queue = RedisDelayedQueue(
             client, spider_name, node_id=config.node_id, events_maxlen=config.events_maxlen
         )
         adopted = self.spool.open()
+        for path, count, other in self.spool.elsewhere():
+            logger.warning(
+                "scrapy-retryqueue: %d write(s) spooled for %s wait in %s; this crawl uses "
+                "%s and does not replay them (a crawl against that Redis does)",
+                count,
+                other,
+                path,
+                redact_url(url),
+            )
         if adopted:
             self.spool.put_back(adopted)
             logger.warning(

@@ -1,0 +1,59 @@
+"""The local spool: writes kept while Redis is unreachable belong to one queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scrapy_retryqueue.queue import Write
+from scrapy_retryqueue.spool import Spool
+
+
+def _spool(tmp_path: Path, queue: str, node: str = "n1") -> Spool:
+    return Spool(tmp_path, "shop", node, queue=queue, memory_limit=10, limit=100)
+
+
+def _write(task_id: str) -> Write:
+    return Write("schedule", task_id, 1, envelope="{}", due=2, kind="timeout", url="http://x/")
+
+
+def test_writes_spooled_for_one_server_are_never_replayed_into_another(tmp_path: Path) -> None:
+    first = _spool(tmp_path, "redis://10.0.0.1:6379/0")
+    assert first.open() == []
+    first.add(_write("a"))
+    first.add(_write("b"))
+    assert first.close() == 2  # left for the next crawl against that server
+
+    other = _spool(tmp_path, "redis://10.0.0.2:6379/0")
+    assert other.open() == []  # not adopted: another queue
+    [(path, count, queue)] = other.elsewhere()
+    assert (count, queue) == (2, "redis://10.0.0.1:6379/0")
+    assert path.is_file()
+    assert other.close() == 0
+
+    same = _spool(tmp_path, "redis://10.0.0.1:6379/0", node="n2")
+    assert [w.task_id for w in same.open()] == ["a", "b"]  # adopted by its own queue
+    assert same.elsewhere() == []
+    assert same.close() == 0
+
+
+def test_another_database_of_the_same_server_is_another_queue(tmp_path: Path) -> None:
+    spool = _spool(tmp_path, "redis://cache:6379/0")
+    spool.open()
+    spool.add(_write("a"))
+    spool.close()
+    other = _spool(tmp_path, "redis://cache:6379/1")
+    assert other.open() == []
+    assert [count for _, count, _ in other.elsewhere()] == [1]
+    other.close()
+
+
+def test_a_spool_of_an_older_version_is_reported_not_replayed(tmp_path: Path) -> None:
+    legacy = tmp_path / "spool" / "shop"
+    legacy.mkdir(parents=True)
+    (legacy / "old-node.jsonl").write_text('["schedule","a",1,null,"{}",2,"timeout",0,""]\n')
+    spool = _spool(tmp_path, "redis://cache:6379/0")
+    assert spool.open() == []
+    [(path, count, queue)] = spool.elsewhere()
+    assert path == legacy / "old-node.jsonl" and count == 1
+    assert "older version" in queue
+    spool.close()
