@@ -44,6 +44,8 @@ class Config:
     redis_url_setting: str
     start_without_redis: bool
     wait_log_interval: float
+    #: RETRYQUEUE_SECRET_HEADERS, lower-cased (redact.py).
+    secret_headers: frozenset[str]
     redis_cluster: bool
     spool_memory: int
     spool_max: int
@@ -278,6 +280,21 @@ def redis_url_from_settings(settings: Any) -> str | None:
     return url
 
 
+def secret_headers_setting(settings: Any) -> frozenset[str]:
+    """RETRYQUEUE_SECRET_HEADERS: a list (or comma-separated string) of header names."""
+    from .redact import secret_names
+
+    name = "RETRYQUEUE_SECRET_HEADERS"
+    value = raw_setting(settings, name)
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(
+        isinstance(v, str) for v in value
+    ):
+        raise ConfigError(f"{name} must be a list of header names, got {value!r}")
+    return secret_names(value)
+
+
 def redis_url_setting_name(settings: Any) -> str:
     """Which setting names the Redis the crawl uses (see :func:`redis_url_from_settings`)."""
     if settings.get("RETRYQUEUE_REDIS_URL"):
@@ -370,6 +387,7 @@ def load_config(settings: Any) -> Config:
         redis_url=redis_url_from_settings(settings),
         redis_url_setting=redis_url_setting_name(settings),
         start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
+        secret_headers=secret_headers_setting(settings),
         wait_log_interval=float(
             number_setting(settings, "RETRYQUEUE_WAIT_LOG_INTERVAL", strict=True)
         ),

@@ -270,6 +270,9 @@ SETTINGS: dict[str, Any] = {
     #: A storage failure (item_error) re-runs the item pipelines for that item
     #: when due, without downloading the page again, when the item is JSON.
     "RETRYQUEUE_ITEM_REPLAY": False,
+    #: Request headers whose values no surface shows (dashboard, API, exports,
+    #: logs, the audit log); the stored request keeps them, to be replayed.
+    "RETRYQUEUE_SECRET_HEADERS": ["Authorization", "Cookie", "Proxy-Authorization"],
 }
 
 #: Request meta keys the queue reads.
