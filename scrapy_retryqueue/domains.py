@@ -19,11 +19,7 @@ from typing import Any
 
 import redis
 
-# BURST_KINDS and PROBE_RECHECK_MS are defined in defaults; re-exported here
-# while runtime.py, extension.py and their tests import them from this module.
-from .defaults import BURST_KINDS as BURST_KINDS
 from .defaults import DOMAIN_REASON_MAX, EVENTS_MAXLEN
-from .defaults import PROBE_RECHECK_MS as PROBE_RECHECK_MS
 from .keys import Keys, keys_for
 from .queue import load_script_source
 from .values import as_text

@@ -40,3 +40,10 @@ class EnvelopeError(RetryQueueError, ValueError):
 
 class EmbeddedServerError(RetryQueueError, RuntimeError):
     """The embedded Redis-compatible server cannot be started here."""
+
+
+class DomainCoolingDown(RetryQueueError):
+    """A request taken back from Scrapy's download queue because its domain started to
+    cool down while it waited there (DOWNLOAD_DELAY, AutoThrottle, per-domain
+    concurrency); the downloader middleware parks it as ``deferred``. Internal: a
+    request's errback never receives it."""

@@ -21,9 +21,10 @@ import twisted.internet.defer
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.python.failure import Failure
 
 from .classify import classify_exception, classify_status
-from .exceptions import RequestParked
+from .exceptions import DomainCoolingDown, RequestParked
 from .runtime import Parking, RetryQueueRuntime, runtime_for
 from .runtime.taskref import ref_of
 
@@ -52,10 +53,37 @@ class RetryQueueMiddleware:
         #: The breaker's dict of cooling domains, updated in place: empty in a
         #: healthy crawl, so process_request costs one truth test.
         self._cooling = runtime.breaker.cooling
+        runtime.breaker.on_cooling = self._take_back_queued
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueMiddleware:
         return cls(runtime_for(crawler))
+
+    def _take_back_queued(self) -> None:
+        """Take the requests of cooling domains back out of Scrapy's download queue.
+
+        process_request gates a request when it enters the downloader, but
+        with DOWNLOAD_DELAY, AutoThrottle or per-domain concurrency it may then
+        wait in its slot's queue for seconds: a domain that starts to cool
+        meanwhile must not receive it. Each one's download fails with
+        DomainCoolingDown, which process_exception parks as ``deferred``.
+        """
+        engine = getattr(self.runtime.crawler, "engine", None)
+        downloader = getattr(engine, "downloader", None)
+        for slot in list(getattr(downloader, "slots", {}).values()):
+            queue = getattr(slot, "queue", None)
+            if not queue:
+                continue
+            held = [
+                (request, waiting)
+                for request, waiting in queue
+                if self.runtime.breaker.cooling_until(request) is not None
+                and request.callback is not NO_CALLBACK
+                and not request.meta.get("dont_retry", False)
+            ]
+            for request, waiting in held:
+                queue.remove((request, waiting))
+                waiting.errback(Failure(DomainCoolingDown(f"{request.url}: its domain cools down")))
 
     def process_request(
         self, request: Request, spider: Spider | None = None
@@ -100,6 +128,8 @@ class RetryQueueMiddleware:
             return None
         if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
             return None
+        if isinstance(exception, DomainCoolingDown):
+            return await self._defer_held(request)
         if isinstance(exception, CANCELLED):
             # The crawl is shutting down, the site did nothing wrong: a task
             # goes back to due for the next node, without using its budget.
@@ -108,6 +138,14 @@ class RetryQueueMiddleware:
         failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
         await self._park(self.runtime.download_failed(request, failure))
         return None
+
+    async def _defer_held(self, request: Request) -> Request | None:
+        """Park a request taken back from the download queue; if it cannot be
+        parked, hand it back to the scheduler rather than lose it."""
+        parking = self.runtime.defer(request, held=True)
+        if parking is not None:
+            await self._park(parking)  # raises RequestParked once parked
+        return request.replace(dont_filter=True)
 
     @staticmethod
     async def _park(parking: Parking) -> None:

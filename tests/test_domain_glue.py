@@ -12,7 +12,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.domains import PROBE_RECHECK_MS
+from scrapy_retryqueue.defaults import PROBE_RECHECK_MS
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.runtime import RetryQueueRuntime
 from scrapy_retryqueue.runtime.planner import Plan
@@ -193,3 +193,30 @@ def test_deferral_max_wait_setting():
         load_config(Settings({"RETRYQUEUE_DEFERRAL_MAX_WAIT": 0}))
     with pytest.raises(ConfigError, match="RETRYQUEUE_DEFERRAL_MAX_WAIT must be a number"):
         load_config(Settings({"RETRYQUEUE_DEFERRAL_MAX_WAIT": "a day"}))
+
+
+def test_a_cooldown_another_node_tripped_stops_this_node_at_once(tmp_path: Path):
+    from scrapy_retryqueue.domains import DomainChange
+
+    runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
+    told: list[dict[str, int]] = []
+    runtime.breaker.on_cooling = lambda: told.append(dict(runtime.breaker.cooling))
+    until = now_ms() + 8_000
+    # This node's 429 met a domain already cooling: the reply changes nothing in
+    # Redis, but says until when it cools.
+    runtime.breaker._changed(DomainChange("shop.test", False, "cooling", "cooling", until, 1))
+    assert runtime.breaker.cooling_until(scrapy.Request("http://shop.test/x")) == until
+    assert told == [{"shop.test": until}]
+    assert runtime.crawler.stats.get_value("retryqueue/domain/cooldowns") is None
+    # The same end again: nothing new to tell the downloader.
+    runtime.breaker._changed(DomainChange("shop.test", False, "cooling", "cooling", until, 1))
+    assert len(told) == 1
+
+
+def test_a_poll_that_finds_a_new_cooldown_tells_the_downloader(tmp_path: Path):
+    runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
+    told: list[int] = []
+    runtime.breaker.on_cooling = lambda: told.append(1)
+    runtime.breaker.polled({"shop.test": now_ms() + 5_000})
+    runtime.breaker.polled({})  # reopened: nothing to take back
+    assert told == [1]

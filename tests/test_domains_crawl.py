@@ -165,3 +165,72 @@ def test_cooldowns_are_visible_in_stats_events_and_signals(fleet_run: dict[str, 
     assert states[0]["state"] == "cooling" or any(s["state"] == "cooling" for s in states)
     assert any(s["state"] == "open" and s["previous"] == "cooling" for s in states)
     assert all(s["domain"] == throttled_host for s in states)
+
+
+@pytest.fixture(scope="module")
+def delayed_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One node with Scrapy's politeness settings: requests wait in the download
+    queue of their domain, some of them when the domain starts to cool."""
+    tmp = tmp_path_factory.mktemp("delayed")
+    spider = f"delayed{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    with flaky_site(
+        host="127.0.0.2",
+        mix="healthy",
+        pages=PAGES,
+        latency=0.02,
+        throttle_after=THROTTLE_AFTER,
+        throttle_for=THROTTLE_FOR,
+    ) as site:
+        out = tmp / "node.json"
+        settings = {
+            **_settings(redis_url, "delayed-node"),
+            "DOWNLOAD_DELAY": 0.25,
+            "RANDOMIZE_DOWNLOAD_DELAY": True,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
+        }
+        try:
+            done = subprocess.run(
+                [
+                    *(sys.executable, str(ROOT / "tests" / "domains_crawl.py")),
+                    json.dumps([f"{site.url}/page/{n}" for n in range(PAGES)]),
+                    spider,
+                    json.dumps(settings),
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=150,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            yield {
+                "log": site.get_json("/__log"),
+                "node": json.loads(out.read_text()) | {"log": done.stderr},
+                "events": [
+                    {k.decode(): v.decode() for k, v in fields.items()}
+                    for _, fields in client.xrange(keys_for(spider).events)
+                ],
+            }
+        finally:
+            client.delete(*all_keys(keys_for(spider)))
+            client.close()
+
+
+def test_requests_waiting_in_scrapys_download_queue_are_not_sent_to_a_cooling_domain(
+    delayed_run: dict[str, Any],
+) -> None:
+    log = delayed_run["log"]
+    first_429 = min(e["t"] for e in log if e["status"] == 429)
+    reopened = min(e["t"] for e in log if e["status"] == 200 and e["t"] > first_429)
+    windows = [
+        e for e in delayed_run["events"] if e["type"] == "domain" and e["state"] == "cooling"
+    ]
+    # After the node knew (the first 429 came back), only probes reach the site
+    # until it reopens, although requests were queued behind DOWNLOAD_DELAY.
+    during = [e for e in log if first_429 + GRACE < e["t"] < reopened]
+    assert len(during) <= len(windows), (during, windows)
+    stats = delayed_run["node"]["stats"]
+    # Some of the deferred requests were taken back out of Scrapy's queue.
+    assert stats.get("retryqueue/domain/deferred", 0) > 0
+    parsed = {p["url"] for p in delayed_run["node"]["parsed"]}
+    assert len(parsed) == PAGES

@@ -287,13 +287,16 @@ class RetryQueueRuntime:
         self.breaker.downloaded(request, None)
         self.ack(request)
 
-    def defer(self, request: Request) -> Parking | None:
+    def defer(self, request: Request, *, held: bool = False) -> Parking | None:
         """Park a fresh request whose domain cools down (kind ``deferred``, no budget used).
 
+        *held*: the request was taken back from Scrapy's download queue, where
+        it waited when its domain started to cool; a re-injected task is
+        deferred then too (its claim let it through before the cooldown).
         None when its domain is open, or when it cannot be stored: it goes now.
         """
         until = self.breaker.cooling_until(request)
-        if until is None or ref_of(request) is not None:
+        if until is None or (ref_of(request) is not None and not held):
             return None  # open, or re-injected: its claim let it through
         plan = self.planner.plan_deferred(request, until)
         if not plan.decision.retry:

@@ -19,6 +19,8 @@ from ..values import now_ms
 from .writes import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request
     from twisted.python.failure import Failure
 
@@ -39,6 +41,9 @@ class DomainBreaker:
         #: Domain -> end of its cooldown (ms); a domain whose end has passed is
         #: half-open. Updated in place: the planner reads the same dict.
         self.cooling: dict[str, int] = {}
+        #: Called when a domain starts to cool or cools longer: the downloader
+        #: glue takes that domain's waiting requests back out of Scrapy's queue.
+        self.on_cooling: Callable[[], None] | None = None
 
     def open(self, domains: DomainCooldowns | None) -> None:
         self.domains = domains
@@ -52,8 +57,15 @@ class DomainBreaker:
     def polled(self, cooling: dict[str, int]) -> None:
         """What the latest poll read of the cooling domains."""
         if cooling != self.cooling:
+            longer = any(until > self.cooling.get(domain, 0) for domain, until in cooling.items())
             self.cooling.clear()
             self.cooling.update(cooling)
+            if longer:
+                self._cooling_changed()
+
+    def _cooling_changed(self) -> None:
+        if self.on_cooling is not None:
+            self.on_cooling()
 
     def downloaded(self, request: Request, failure: FailureInfo | None) -> None:
         """Tell the domain's circuit breaker how a download went.
@@ -100,12 +112,15 @@ class DomainBreaker:
         d.addCallbacks(self._changed, self._failed)
 
     def _changed(self, change: DomainChange) -> None:
+        if change.state != "open" and change.until > self.cooling.get(change.domain, 0):
+            # Cooling, perhaps tripped by another node: this node stops sending
+            # at once, not at its next poll, even when this call changed nothing.
+            self.cooling[change.domain] = change.until
+            self._cooling_changed()
         if not change.changed:
             return
         if change.state == "open":
             self.cooling.pop(change.domain, None)
-        else:
-            self.cooling[change.domain] = change.until
         self.reporter.domain_changed(change)
 
     def _failed(self, failure: Failure) -> None:
