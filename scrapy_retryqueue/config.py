@@ -27,7 +27,7 @@ from scrapy.utils.misc import load_object
 from . import defaults
 from .exceptions import ConfigError
 from .policy import Policy, PolicyTable
-from .scrapycompat import ScrapyRetry, read_scrapy_retry
+from .scrapycompat import ScrapyRetry, own_policy_fields, read_scrapy_retry
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -87,8 +87,8 @@ class Config:
     #: RETRY_TIMES whoever set it (Scrapy's default 2): the cap once a callback
     #: counted retries itself with get_retry_request().
     scrapy_retry_times: int
-    #: Kinds RETRYQUEUE_POLICIES names: RETRY_TIMES does not cap them.
-    own_policy_kinds: frozenset[str]
+    #: Kinds whose max_retries RETRYQUEUE_POLICIES sets: RETRY_TIMES does not cap them.
+    own_budget_kinds: frozenset[str]
     #: RETRY_* values honoured differently, said once at start (scrapycompat.py).
     notices: tuple[str, ...]
 
@@ -428,11 +428,8 @@ def load_config(settings: Any) -> Config:
         retry_times=scrapy_retry.retry_times,
         scrapy_retry_times=settings.getint("RETRY_TIMES", 2) if hasattr(settings, "getint") else 2,
         give_up_log_level=scrapy_retry.give_up_log_level,
-        own_policy_kinds=frozenset(
-            str(k)
-            for k in _maybe_json(
-                "RETRYQUEUE_POLICIES", raw_setting(settings, "RETRYQUEUE_POLICIES")
-            )
+        own_budget_kinds=frozenset(
+            kind for kind, fields in own_policy_fields(settings).items() if "max_retries" in fields
         ),
         notices=tuple(scrapy_retry.notices),
     )

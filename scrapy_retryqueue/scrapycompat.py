@@ -54,6 +54,24 @@ class ScrapyRetry:
     notices: list[str] = field(default_factory=list)
 
 
+def own_policy_fields(settings: Any) -> dict[str, frozenset[str]]:
+    """Kind -> the policy fields RETRYQUEUE_POLICIES sets for it (those win over RETRY_*)."""
+    value = settings.get("RETRYQUEUE_POLICIES")
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}  # config.py reports the bad value
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(kind): frozenset(fields) if isinstance(fields, Mapping) else frozenset()
+        for kind, fields in value.items()
+    }
+
+
 def _user_keys(settings: Any, name: str) -> set[Any]:
     value = settings.get(name)
     return set(value) if isinstance(value, Mapping) else set()
@@ -61,15 +79,15 @@ def _user_keys(settings: Any, name: str) -> set[Any]:
 
 def read_scrapy_retry(settings: Any) -> ScrapyRetry:
     result = ScrapyRetry()
-    own_policies = {str(k) for k in _user_keys(settings, "RETRYQUEUE_POLICIES")}
-    free_kinds = [k for k in DOWNLOAD_KINDS if k not in own_policies]
+    own = own_policy_fields(settings)
 
     if project_set(settings, "RETRY_ENABLED") and not settings.getbool("RETRY_ENABLED"):
-        for kind in free_kinds:
+        off = [k for k in DOWNLOAD_KINDS if "retry" not in own.get(k, ())]
+        for kind in off:
             result.policies[kind] = {"retry": False}
         result.notices.append(
             "RETRY_ENABLED = False: failed downloads are not retried; they are still kept "
-            "as dead letters (kinds " + ", ".join(free_kinds) + "), and callback (parse) "
+            "as dead letters (kinds " + ", ".join(off) + "), and callback (parse) "
             "and item (storage) failures are still retried"
         )
 
@@ -78,8 +96,9 @@ def read_scrapy_retry(settings: Any) -> ScrapyRetry:
         if isinstance(times, bool) or not isinstance(times, (int, str)) or not str(times).isdigit():
             raise ConfigError(f"RETRY_TIMES must be a whole number >= 0, got {times!r}")
         result.retry_times = int(times)
-        for kind in free_kinds:
-            result.policies.setdefault(kind, {})["max_retries"] = int(times)
+        for kind in DOWNLOAD_KINDS:
+            if "max_retries" not in own.get(kind, ()):
+                result.policies.setdefault(kind, {})["max_retries"] = int(times)
 
     if project_set(settings, "RETRY_HTTP_CODES"):
         _map_http_codes(settings, result)

@@ -71,7 +71,7 @@ def test_max_retry_times_zero_means_never_retry(tmp_path: Path) -> None:
     )
     assert not plan.decision.retry
     assert plan.exhausted
-    assert "max_retry_times=0" in plan.decision.reason
+    assert plan.decision.reason == "server_error: gave up after 0 retries"
 
 
 def test_max_retry_times_caps_the_retries_of_every_kind_together(tmp_path: Path) -> None:
@@ -261,16 +261,20 @@ def test_scrapys_defaults_change_nothing() -> None:
     assert config.policy_table.policy_for("server_error").max_retries == 5
 
 
-def test_retry_times_is_the_budget_of_the_kinds_retryqueue_policies_leaves_alone() -> None:
-    config = _config(RETRY_TIMES=1, RETRYQUEUE_POLICIES={"timeout": {"base_delay": 1}})
+def test_retry_times_is_the_budget_unless_retryqueue_policies_sets_one() -> None:
+    config = _config(
+        RETRY_TIMES=1,
+        RETRYQUEUE_POLICIES={"timeout": {"max_retries": 4}, "dns": {"base_delay": 1}},
+    )
     assert config.policy_table.policy_for("server_error").max_retries == 1
-    assert config.policy_table.policy_for("connection").max_retries == 1
-    assert config.policy_table.policy_for("timeout").max_retries == 5
+    assert config.policy_table.policy_for("dns").max_retries == 1  # only its delay is its own
+    assert config.policy_table.policy_for("dns").base_delay == 1
+    assert config.policy_table.policy_for("timeout").max_retries == 4
     assert config.retry_times == 1
 
 
 def test_retry_times_caps_retries_over_every_kind_but_not_retryqueues_own(tmp_path: Path) -> None:
-    runtime = _runtime(tmp_path, RETRY_TIMES=1, RETRYQUEUE_POLICIES={"timeout": {"base_delay": 1}})
+    runtime = _runtime(tmp_path, RETRY_TIMES=1, RETRYQUEUE_POLICIES={"timeout": {"max_retries": 5}})
     assert not _plan(runtime, _retried(runtime, {"timeout": 1}), SERVER_ERROR).decision.retry
     assert _plan(runtime, _retried(runtime, {"server_error": 1}), TIMEOUT).decision.retry
 

@@ -117,12 +117,7 @@ class Planner:
             if decision.retry:
                 decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
         else:
-            decision = self._decide(request, failure, attempts, notes)
-            exhausted = (
-                not decision.retry
-                and decision.attempt > 0
-                and decision.kind not in defaults.PERMANENT_KINDS
-            )
+            decision, exhausted = self._decide(request, failure, attempts, notes)
             if not decision.retry:
                 decision = self._probe_permanent(request, failure, attempts, decision, notes)
             if decision.retry:
@@ -204,6 +199,11 @@ class Planner:
                 Note("retryqueue/meta_error", f"{exc} (using the settings' policy instead)")
             )
             return None, None
+        if max_retries is None:
+            # Scrapy's key is a budget too (and, in _total_cap, a cap over kinds).
+            scrapy_max = request.meta.get(defaults.SCRAPY_META_MAX_RETRY_TIMES)
+            if _whole(scrapy_max):
+                max_retries = scrapy_max
         return meta_policy, max_retries
 
     def _decide(
@@ -212,12 +212,14 @@ class Planner:
         failure: FailureInfo,
         attempts: dict[str, int],
         notes: list[Note],
-    ) -> Decision:
+    ) -> tuple[Decision, bool]:
+        """The policy's decision, and whether it gave up because the budget ran out
+        (a kind its policy retries: Scrapy's ``retry/max_reached``)."""
         meta_policy, max_retries = self._meta_overrides(request, notes)
         domain = urlparse_cached(request).hostname
         table = self.config.policy_table
         try:
-            return table.decide(
+            decision = table.decide(
                 failure,
                 attempts,
                 domain=domain,
@@ -230,7 +232,14 @@ class Planner:
             notes.append(
                 Note("retryqueue/meta_error", f"{exc} (using the settings' policy instead)")
             )
-            return table.decide(failure, attempts, domain=domain, rand=self.rand.random)
+            meta_policy = max_retries = None
+            decision = table.decide(failure, attempts, domain=domain, rand=self.rand.random)
+        exhausted = (
+            not decision.retry
+            and decision.kind in defaults.POLICY_KINDS
+            and table.policy_for(decision.kind, domain, meta_policy, max_retries).retry
+        )
+        return decision, exhausted
 
     def _total_cap(
         self, request: Request, attempts: dict[str, int], decision: Decision, notes: list[Note]
@@ -243,7 +252,7 @@ class Planner:
         if meta.get(defaults.META_MAX_RETRIES) is not None:
             return decision, False
         cap = meta.get(defaults.SCRAPY_META_MAX_RETRY_TIMES)
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+        if cap is not None and not _whole(cap):
             notes.append(
                 Note(
                     "retryqueue/meta_error",
@@ -253,7 +262,7 @@ class Planner:
             )
             cap = None
         done = retries_so_far(attempts, meta)
-        if cap is None and decision.kind not in self.config.own_policy_kinds:
+        if cap is None and decision.kind not in self.config.own_budget_kinds:
             cap = self.config.retry_times
             if cap is None and done > retries_so_far(attempts, {}):
                 # A callback counted retries with get_retry_request(): Scrapy's cap holds.
@@ -349,3 +358,8 @@ def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:
     if isinstance(scrapy_count, int) and not isinstance(scrapy_count, bool):
         counted = max(counted, scrapy_count)
     return counted
+
+
+def _whole(value: Any) -> bool:
+    """A whole number >= 0, and not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
