@@ -101,8 +101,7 @@ class Spool:
         label = self.directory.parent / QUEUE_LABEL
         if not label.exists():
             label.write_text(self.queue + "\n", encoding="utf-8")
-        self._file = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until close
-        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._file = self._lock_own_file()
         adopted: list[Write] = []
         for other in sorted(self.directory.glob("*.jsonl")):
             if other == self.path:
@@ -114,6 +113,22 @@ class Spool:
         self._file.seek(0)
         self._file.truncate()
         return adopted
+
+    def _lock_own_file(self) -> IO[str]:
+        """Open and lock this node's file; another live crawler of the same spider and
+        node id (two crawlers in one process) has its own, with a numbered name."""
+        stem = self.path.stem
+        for serial in range(1, 1000):
+            if serial > 1:
+                self.path = self.directory / f"{stem}-{serial}.jsonl"
+            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until close
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            return handle
+        raise SpoolFull(f"no spool file of {self.directory} can be locked")
 
     def _adopt(self, path: Path) -> list[Write]:
         with open(path, "r+", encoding="utf-8") as handle:

@@ -463,3 +463,47 @@ def test_an_unreachable_redis_stops_the_crawl_at_start_naming_the_setting(
             RETRYQUEUE_START_WITHOUT_REDIS=True,
         ),
     )
+
+
+def test_a_spider_named_only_when_the_crawl_starts(
+    reactor_thread: ReactorThread,
+    redis_url: str,
+    redis_client: redis.Redis,
+    spider_name: str,
+    tmp_path: Path,
+) -> None:
+    """CrawlerProcess.crawl(MySpider, name="x") and get_crawler(Spider): the class has
+    no name while the components are built; the queue takes the spider's name at open."""
+
+    class NamelessSpider(scrapy.Spider):
+        def parse(self, response: Response) -> Any:
+            return None
+
+    crawler = get_crawler(
+        NamelessSpider,
+        _settings(
+            tmp_path,
+            ADDONS={Addon: 0},
+            RETRYQUEUE_REDIS_URL=redis_url,
+            RETRYQUEUE_POLICIES={"server_error": LATER},
+        ),
+    )
+    middleware = build_from_crawler(RetryQueueMiddleware, crawler)
+    spider = NamelessSpider.from_crawler(crawler, name=spider_name)
+    crawler.spider = spider
+    crawler.engine = RecordingEngine()  # type: ignore[assignment]
+    reactor_thread.run(_send, crawler, signals.spider_opened, spider=spider)
+    try:
+        with pytest.raises(RequestParked) as parked:
+            reactor_thread.run(
+                middleware.process_response,
+                request=Request(PAGE),
+                response=Response(PAGE, status=503),
+            )
+        wait_for(
+            lambda: redis_client.hexists(keys_for(spider_name).tasks, parked.value.task_id),
+            "the task in the spider's namespace",
+            timeout=10,
+        )
+    finally:
+        reactor_thread.run(_send, crawler, signals.spider_closed, spider=spider, reason="finished")

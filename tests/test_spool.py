@@ -57,3 +57,18 @@ def test_a_spool_of_an_older_version_is_reported_not_replayed(tmp_path: Path) ->
     assert path == legacy / "old-node.jsonl" and count == 1
     assert "older version" in queue
     spool.close()
+
+
+def test_two_crawlers_of_one_spider_in_one_process_get_a_file_each(tmp_path: Path) -> None:
+    first = _spool(tmp_path, "redis://cache:6379/0")
+    second = _spool(tmp_path, "redis://cache:6379/0")
+    first.open()
+    second.open()
+    assert first.path != second.path
+    second.add(_write("b"))
+    assert second.close() == 1
+    assert first.close() == 0
+    # The next crawl adopts what the second one left.
+    again = _spool(tmp_path, "redis://cache:6379/0")
+    assert [w.task_id for w in again.open()] == ["b"]
+    again.close()
