@@ -85,3 +85,18 @@ class Addon:
         _set_component(settings, "DOWNLOADER_MIDDLEWARES", STOCK_RETRY_MIDDLEWARE, None)
         for name, path, order in COMPONENTS:
             _set_component(settings, name, path, order)
+        if "scrapy_redis" in str(settings.get("SCHEDULER") or ""):
+            quiet_scrapy_redis()
+
+
+def quiet_scrapy_redis() -> None:
+    """Keep out of the crawl's log a warning of scrapy-redis's that only its authors
+    can act on: its scheduler passes ``spider=`` to StatsCollector.inc_value, which
+    Scrapy 2.19 deprecates (docs/fleet.md)."""
+    import warnings
+
+    warnings.filterwarnings(
+        "ignore",
+        message=r"Passing a 'spider' argument to StatsCollector\.",
+        module=r"scrapy_redis(\.|$)",
+    )

@@ -43,6 +43,7 @@ class Config:
     #: The setting *redis_url* came from, for error lines.
     redis_url_setting: str
     start_without_redis: bool
+    fleet_wait: float
     wait_log_interval: float
     #: RETRYQUEUE_SECRET_HEADERS, lower-cased (redact.py).
     secret_headers: frozenset[str]
@@ -387,6 +388,7 @@ def load_config(settings: Any) -> Config:
         redis_url=redis_url_from_settings(settings),
         redis_url_setting=redis_url_setting_name(settings),
         start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
+        fleet_wait=float(number_setting(settings, "RETRYQUEUE_FLEET_WAIT")),
         secret_headers=secret_headers_setting(settings),
         wait_log_interval=float(
             number_setting(settings, "RETRYQUEUE_WAIT_LOG_INTERVAL", strict=True)

@@ -189,6 +189,11 @@ RECONNECT_MAX_DELAY = 30.0
 REDIS_SOCKET_TIMEOUT = 10
 REDIS_CONNECT_TIMEOUT = 5
 REDIS_HEALTH_CHECK_INTERVAL = 30
+#: A node counts as alive while its heartbeat is at most 3 polls (and at least
+#: this many ms) old, and as working while it had work within 2 polls (and at
+#: least this many ms): the fleet's idle nodes wait for working ones.
+FLEET_HEARTBEAT_MIN_MS = 3000
+FLEET_BUSY_MIN_MS = 2000
 #: How long the start of a crawl waits for its Redis to answer, seconds.
 REDIS_START_TIMEOUT = 3
 #: scrapy-redis's own defaults for REDIS_HOST / REDIS_PORT, used when a project
@@ -270,6 +275,10 @@ SETTINGS: dict[str, Any] = {
     #: A storage failure (item_error) re-runs the item pipelines for that item
     #: when due, without downloading the page again, when the item is JSON.
     "RETRYQUEUE_ITEM_REPLAY": False,
+    #: An idle node stays in the crawl while another node of the same spider is
+    #: still working (it may push new requests to a shared frontier), at most
+    #: this many seconds; 0: leave as soon as this node has nothing to do.
+    "RETRYQUEUE_FLEET_WAIT": 60.0,
     #: Request headers whose values no surface shows (dashboard, API, exports,
     #: logs, the audit log); the stored request keeps them, to be replayed.
     "RETRYQUEUE_SECRET_HEADERS": ["Authorization", "Cookie", "Proxy-Authorization"],

@@ -25,6 +25,7 @@ from .classify import failure_for_kind
 from .defaults import FINISH_REASON_WORK_LEFT, META_ITEM, MIN_POLL_INTERVAL
 from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
 from .runtime import PollResult, RetryQueueRuntime, runtime_for
+from .values import now_ms
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -51,6 +52,10 @@ class RetryQueueExtension:
         self._closing = False
         #: When the next "waiting for retries" line is due (time.time()).
         self._next_wait_log = 0.0
+        #: Since when this node waits, idle, for other nodes still working.
+        self._fleet_idle_since: float | None = None
+        #: When this node last had work in flight (ms): its heartbeat tells the fleet.
+        self._last_busy = now_ms()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueExtension:
@@ -87,7 +92,10 @@ class RetryQueueExtension:
         if self._ticking is not None or self._closing:
             return
         writes_seen = self.runtime.writes.writes
-        d = self.runtime.poll()
+        if not self._engine_idle():
+            self._last_busy = now_ms()
+            self._fleet_idle_since = None
+        d = self.runtime.poll(last_busy=self._last_busy)
         if d is None:
             return
         d.addCallback(self._after_poll, writes_seen)
@@ -136,6 +144,8 @@ class RetryQueueExtension:
             return  # a spool replay, or a failed poll (already reported)
         self._counts = result.claimed
         self._counts_writes = writes_seen
+        if self._fleet_idle_since is not None:
+            self._look_for_work()
         if result.claimed.tasks:
             self._idle_since = None
             self._next_wait_log = 0.0
@@ -178,7 +188,9 @@ class RetryQueueExtension:
         counts = self._counts
         pending = 0 if counts is None else counts.due + counts.leased
         if not (waiting_for_redis or stale or pending):
+            self._wait_for_fleet()
             return
+        self._fleet_idle_since = None
         now = time.time()
         if self._idle_since is None:
             self._idle_since = now
@@ -210,6 +222,54 @@ class RetryQueueExtension:
                 max(0.0, timeout - (now - self._idle_since)),
             )
         raise DontCloseSpider
+
+    def _wait_for_fleet(self) -> None:
+        """Keep an idle node in the crawl while another node of the spider still works:
+        with a shared frontier (scrapy-redis), its next links may be this node's work.
+        Bounded by RETRYQUEUE_FLEET_WAIT."""
+        working = self.runtime.fleet_working()
+        if not working or self.config.fleet_wait <= 0:
+            self._fleet_idle_since = None
+            return
+        now = time.time()
+        if self._fleet_idle_since is None:
+            self._fleet_idle_since = now
+        left = self.config.fleet_wait - (now - self._fleet_idle_since)
+        if left <= 0:
+            logger.info(
+                "scrapy-retryqueue: leaving the fleet although %s still work%s "
+                "(RETRYQUEUE_FLEET_WAIT=%ss)",
+                ", ".join(working),
+                "s" if len(working) == 1 else "",
+                self.config.fleet_wait,
+            )
+            return
+        if now >= self._next_wait_log:
+            self._next_wait_log = now + self.config.wait_log_interval
+            logger.info(
+                "scrapy-retryqueue: nothing to do here, waiting for the fleet: %s still "
+                "work%s; this node waits at most %.0fs more (RETRYQUEUE_FLEET_WAIT)",
+                ", ".join(working),
+                "s" if len(working) == 1 else "",
+                left,
+            )
+        raise DontCloseSpider
+
+    def _engine_idle(self) -> bool:
+        engine = getattr(self.crawler, "engine", None)
+        try:
+            return bool(engine is None or engine.spider_is_idle())
+        except Exception:  # no slot yet (opening) or already gone (closing)
+            return True
+
+    def _look_for_work(self) -> None:
+        """While this node is idle and kept open, ask its scheduler for requests now,
+        not at the engine's next 5-second heartbeat: a shared frontier may have
+        received some from another node."""
+        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
 
     # -- other signals -------------------------------------------------------
 

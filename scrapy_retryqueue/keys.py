@@ -45,6 +45,8 @@ class Keys:
     bursts: str
     #: HASH domain -> lease expiry (ms) of its half-open probe in flight
     probes: str
+    #: HASH node id -> "<heartbeat ms> <last busy ms>": the nodes crawling the spider
+    nodes: str
 
     @property
     def namespace(self) -> str:
@@ -79,6 +81,7 @@ def keys_for(spider: str) -> Keys:
         cooling=f"{base}:cooling",
         bursts=f"{base}:bursts",
         probes=f"{base}:probes",
+        nodes=f"{base}:nodes",
     )
 
 
@@ -96,6 +99,7 @@ def all_keys(keys: Keys) -> list[str]:
         keys.cooling,
         keys.bursts,
         keys.probes,
+        keys.nodes,
     ]
 
 

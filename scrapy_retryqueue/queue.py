@@ -298,3 +298,23 @@ class RedisDelayedQueue:
             args = [self.node_id, self.events_maxlen, now, *ids[start : start + QUEUE_BATCH]]
             results += [bool(x) for x in self._run(name, keys, args)]
         return results
+
+    def heartbeat(self, *, now: int, last_busy: int) -> dict[str, tuple[int, int]]:
+        """Say this node is crawling (and when it last had work); return every node's
+        ``(heartbeat ms, last busy ms)``, this one included. One round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.keys.nodes, self.node_id, f"{now} {last_busy}")
+        pipe.hgetall(self.keys.nodes)
+        _, raw = pipe.execute()
+        nodes: dict[str, tuple[int, int]] = {}
+        for node, value in raw.items():
+            try:
+                beat, busy = (int(x) for x in as_text(value).split())
+            except ValueError:
+                continue  # not a heartbeat this version wrote: ignore it
+            nodes[as_text(node)] = (beat, busy)
+        return nodes
+
+    def leave(self) -> None:
+        """This node stops crawling the spider: the others stop waiting for it."""
+        self.client.hdel(self.keys.nodes, self.node_id)

@@ -16,6 +16,7 @@ tasks this node holds and the poll that claims them) and :mod:`.breaker`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
 from ..config import Config, config_for, redact_url
-from ..defaults import MALFORMED_KIND, POISON_KIND
+from ..defaults import FLEET_BUSY_MIN_MS, FLEET_HEARTBEAT_MIN_MS, MALFORMED_KIND, POISON_KIND
 from ..domains import DomainCooldowns
 from ..envelope import malformed_envelope
 from ..exceptions import ConfigError, RequestParked
@@ -160,6 +161,8 @@ class RetryQueueRuntime:
             cooling=self.breaker.cooling,
         )
         self.spider: Spider | None = None
+        #: What the last poll read of the fleet: node -> (heartbeat ms, last busy ms).
+        self.fleet: dict[str, tuple[int, int]] = {}
         #: Fires once close() has finished: every write of this crawl is in
         #: Redis (or in the spool), released leases included.
         self.closed: defer.Deferred[None] = defer.Deferred()
@@ -202,6 +205,10 @@ class RetryQueueRuntime:
 
         writes = self.writes
         try:
+            if writes.queue is not None and not writes.down:
+                # The others stop waiting for this node at once.
+                with contextlib.suppress(Exception):
+                    await maybe_deferred_to_future(writes.call(writes.queue.leave))
             await writes.flush_for_close()
             if writes.queue is not None and self.leases.held and not writes.down:
                 leases = self.leases.take_all()
@@ -361,7 +368,20 @@ class RetryQueueRuntime:
 
     # -- polling -----------------------------------------------------------------------------
 
-    def poll(self) -> defer.Deferred[Any] | None:
+    def fleet_working(self) -> list[str]:
+        """Other nodes of the spider that were working at their last heartbeat: they may
+        still push requests to a shared frontier or fail pages into the queue."""
+        now = now_ms()
+        poll_ms = int(self.config.poll_interval * 1000)
+        alive_after = now - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
+        busy_after = now - max(2 * poll_ms, FLEET_BUSY_MIN_MS)
+        return sorted(
+            node
+            for node, (beat, busy) in self.fleet.items()
+            if node != self.config.node_id and beat >= alive_after and busy >= busy_after
+        )
+
+    def poll(self, *, last_busy: int = 0) -> defer.Deferred[Any] | None:
         """One round trip: reap, renew, claim, read cooldowns; or replay the spool first.
 
         Fires with a :class:`PollResult` (its claimed tasks are held; the
@@ -375,12 +395,14 @@ class RetryQueueRuntime:
             return None
         if writes.down or writes.spooled:
             return writes.recover()
-        d = writes.call_untracked(self.leases.poll_io(queue, self.breaker.domains))
+        io = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy)
+        d = writes.call_untracked(io)
         d.addCallbacks(self._polled, self._poll_failed)
         return d
 
     def _polled(self, result: PollResult) -> PollResult:
         reporter = self.reporter
+        self.fleet = result.nodes
         if result.cooling is not None:
             self.breaker.polled(result.cooling)
         if result.reclaimed:

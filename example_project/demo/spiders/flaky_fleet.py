@@ -6,7 +6,10 @@ Both read REDIS_URL, so one setting points the whole fleet at one Redis::
 
     scrapy crawl flaky_fleet -a site=http://127.0.0.1:8765 -s REDIS_URL=redis://host:6379/0
 
-Start it on as many machines (or terminals) as you like; see run_fleet.py.
+Start it on as many machines (or terminals) as you like, at the same moment or
+one after another: a node whose frontier runs dry stays while another node still
+works (RETRYQUEUE_FLEET_WAIT). ``python example_project/run_fleet.py`` starts the
+site and three nodes at once and prints what each did.
 """
 
 from __future__ import annotations
@@ -24,6 +27,4 @@ class FlakyFleetSpider(FlakySpider):
         # False would flush the shared frontier and dupefilter when the first
         # node closes, under the feet of the others.
         "SCHEDULER_PERSIST": True,
-        # A node whose frontier runs dry waits a little for the others' links.
-        "SCHEDULER_IDLE_BEFORE_CLOSE": 2,
     }
