@@ -54,6 +54,8 @@ class RetryQueueExtension:
         self._next_wait_log = 0.0
         #: Since when this node waits, idle, for other nodes still working.
         self._fleet_idle_since: float | None = None
+        #: When the last poll started (time.monotonic()).
+        self._last_poll = 0.0
         #: When this node last had work in flight (ms): its heartbeat tells the fleet.
         self._last_busy = now_ms()
 
@@ -98,6 +100,7 @@ class RetryQueueExtension:
         d = self.runtime.poll(last_busy=self._last_busy)
         if d is None:
             return
+        self._last_poll = time.monotonic()
         d.addCallback(self._after_poll, writes_seen)
         d.addBoth(self._tick_done)
         if not d.called:
@@ -144,7 +147,7 @@ class RetryQueueExtension:
             return  # a spool replay, or a failed poll (already reported)
         self._counts = result.claimed
         self._counts_writes = writes_seen
-        if self._fleet_idle_since is not None:
+        if self._fleet_idle_since is not None or self._may_close_now(result):
             self._look_for_work()
         if result.claimed.tasks:
             self._idle_since = None
@@ -178,7 +181,10 @@ class RetryQueueExtension:
         runtime = self.runtime
         if self._closing or not runtime.is_open:
             return
-        self.tick()
+        if time.monotonic() - self._last_poll >= self.config.poll_interval:
+            # Fresh counts; not when a poll just ran, since polls themselves
+            # wake the engine, which calls this handler.
+            self.tick()
         if runtime.busy or runtime.leases.held:
             raise DontCloseSpider
         waiting_for_redis = runtime.down or runtime.writes.spooled > 0
@@ -254,6 +260,17 @@ class RetryQueueExtension:
                 left,
             )
         raise DontCloseSpider
+
+    def _may_close_now(self, result: PollResult) -> bool:
+        """Nothing is left for this node: ask Scrapy to check now whether the spider can
+        close, rather than at its next 5-second idle check (a prompt close)."""
+        runtime = self.runtime
+        return (
+            not (result.claimed.due or result.claimed.leased or result.claimed.tasks)
+            and not (runtime.busy or runtime.leases.held or runtime.down)
+            and not runtime.fleet_working()
+            and self._engine_idle()
+        )
 
     def _engine_idle(self) -> bool:
         engine = getattr(self.crawler, "engine", None)
