@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .backoff import parse_retry_after
 from .defaults import ERROR_MESSAGE_MAX, UNKNOWN_KIND
+from .exceptions import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +81,30 @@ def failure_for_kind(kind: str, exc: BaseException) -> FailureInfo:
 def _qualname(cls: type) -> str:
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def exception_class(value: Any, *, where: str) -> type[BaseException]:
+    """An exception class, or the import path of one; ConfigError names *where* it was."""
+    from scrapy.utils.misc import load_object
+
+    try:
+        cls = load_object(value) if isinstance(value, str) else value
+    except (ImportError, AttributeError, NameError, ValueError) as exc:
+        raise ConfigError(f"{where} {value!r} does not import: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        raise ConfigError(f"{where} {value!r} is not an exception class")
+    return cls
+
+
+def exception_kinds_of(paths: Mapping[str, str]) -> dict[type, str]:
+    """Exception class paths -> kind, resolved; a class this Scrapy or Twisted version
+    does not have is skipped (the default table names classes of several versions)."""
+    from scrapy.utils.misc import load_object
+
+    resolved: dict[type, str] = {}
+    for path, kind in paths.items():
+        try:
+            resolved[load_object(path)] = kind
+        except (ImportError, AttributeError, NameError):
+            continue
+    return resolved

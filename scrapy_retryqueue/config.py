@@ -25,6 +25,7 @@ from scrapy.settings import default_settings
 from scrapy.utils.misc import load_object
 
 from . import defaults
+from .classify import exception_class, exception_kinds_of
 from .exceptions import ConfigError
 from .policy import Policy, PolicyTable
 from .scrapycompat import ScrapyRetry, own_policy_fields, read_scrapy_retry
@@ -233,19 +234,9 @@ def _exception_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[type, str
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of exception class path -> kind, got {user!r}")
-    resolved: dict[type, str] = {}
-    for path, kind in {**defaults.EXCEPTION_KINDS, **scrapy_retry.exception_kinds}.items():
-        try:
-            resolved[load_object(path)] = kind
-        except (ImportError, AttributeError, NameError):
-            continue  # a class this Scrapy or Twisted version does not have
+    resolved = exception_kinds_of({**defaults.EXCEPTION_KINDS, **scrapy_retry.exception_kinds})
     for path, kind in user.items():
-        try:
-            cls = load_object(path) if isinstance(path, str) else path
-        except (ImportError, AttributeError, NameError, ValueError) as exc:
-            raise ConfigError(f"{name} key {path!r} does not import: {exc}") from None
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            raise ConfigError(f"{name} key {path!r} is not an exception class")
+        cls = exception_class(path, where=f"{name} key")
         if kind is None:
             resolved.pop(cls, None)
         elif kind in defaults.POLICY_KINDS:

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrapy.utils.misc import load_object
-
 from . import defaults
+from .classify import exception_class, exception_kinds_of
 from .exceptions import ConfigError
 
 #: The kinds a download failure can have: what RETRY_ENABLED and RETRY_TIMES cover.
@@ -161,22 +160,12 @@ def _map_http_codes(settings: Any, result: ScrapyRetry) -> None:
 
 
 def _map_exceptions(settings: Any, result: ScrapyRetry) -> None:
-    listed: list[type] = []
-    for entry in settings.getlist("RETRY_EXCEPTIONS"):
-        try:
-            cls = load_object(entry) if isinstance(entry, str) else entry
-        except (ImportError, AttributeError, NameError, ValueError) as exc:
-            raise ConfigError(f"RETRY_EXCEPTIONS entry {entry!r} does not import: {exc}") from None
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            raise ConfigError(f"RETRY_EXCEPTIONS entry {entry!r} is not an exception class")
-        listed.append(cls)
+    listed = [
+        exception_class(entry, where="RETRY_EXCEPTIONS entry")
+        for entry in settings.getlist("RETRY_EXCEPTIONS")
+    ]
     own = {str(k) for k in _user_keys(settings, "RETRYQUEUE_EXCEPTION_KINDS")}
-    table: dict[type, str] = {}
-    for path, kind in defaults.EXCEPTION_KINDS.items():
-        try:
-            table[load_object(path)] = kind
-        except (ImportError, AttributeError, NameError):
-            continue
+    table = exception_kinds_of(defaults.EXCEPTION_KINDS)
     for cls in listed:
         path = f"{cls.__module__}.{cls.__qualname__}"
         if path in own or any(issubclass(cls, known) for known in table):

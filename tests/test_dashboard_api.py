@@ -532,7 +532,8 @@ def test_the_command_serves_the_dashboard(tmp_path: Path, dashboard_data: dict[s
     try:
         with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/api/overview?spider={dashboard_data['spider']}",
-            timeout=5,
+            # The first request opens the store and Redis: slow on a loaded machine.
+            timeout=30,
         ) as reply:
             overview = json.load(reply)
         assert overview["totals"]["pending"] == 2

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import scrapy
 from scrapy.settings import Settings
-from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.defaults import PROBE_RECHECK_MS
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.runtime import RetryQueueRuntime
-from scrapy_retryqueue.runtime.planner import Plan
 from scrapy_retryqueue.values import now_ms
+
+from .runtimes import plan_of, unopened_runtime
 
 
 class Spider(scrapy.Spider):
@@ -24,18 +24,7 @@ class Spider(scrapy.Spider):
 
 
 def _runtime(tmp_path: Path, **settings: Any) -> RetryQueueRuntime:
-    crawler = get_crawler(Spider, {"RETRYQUEUE_EMBEDDED_DIR": str(tmp_path), **settings})
-    crawler.spider = crawler._create_spider()
-    runtime = RetryQueueRuntime(crawler)
-    runtime.spider = runtime.planner.spider = runtime.reporter.spider = crawler.spider
-    return runtime
-
-
-def _plan(runtime: RetryQueueRuntime, request: scrapy.Request, failure: FailureInfo) -> Plan:
-    """The planner's plan, its notes counted and logged as the runtime does."""
-    plan = runtime.planner.plan(request, failure)
-    runtime.reporter.notes(plan.notes)
-    return plan
+    return unopened_runtime(Spider, tmp_path, **settings)
 
 
 def test_cooldowns_are_off_by_default():
@@ -147,7 +136,7 @@ def test_a_403_or_404_while_cooling_gets_one_try_after_the_cooldown(
     until = now_ms() + 8_000
     runtime.breaker.polled({"shop.test": until})
     request = scrapy.Request("http://shop.test/gone")
-    plan = _plan(runtime, request, failure)
+    plan = plan_of(runtime, request, failure)
     assert plan.decision.retry and plan.decision.kind == failure.kind
     assert plan.decision.attempt == 1
     assert plan.task.due >= until
@@ -166,14 +155,14 @@ def test_a_403_or_404_while_cooling_gets_one_try_after_the_cooldown(
         "url": request.url,
         "settled": False,
     }
-    again = _plan(runtime, request, failure)
+    again = plan_of(runtime, request, failure)
     assert not again.decision.retry and again.task.dead_kind == failure.kind
 
 
 def test_a_403_of_an_open_domain_is_dead_at_once(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     runtime.breaker.polled({"other.test": now_ms() + 8_000})
-    plan = _plan(runtime, scrapy.Request("http://shop.test/"), FORBIDDEN)
+    plan = plan_of(runtime, scrapy.Request("http://shop.test/"), FORBIDDEN)
     assert not plan.decision.retry and plan.task.dead_kind == "forbidden"
 
 
@@ -182,7 +171,7 @@ def test_the_permanent_probe_can_be_turned_off(tmp_path: Path):
         tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True, RETRYQUEUE_COOLDOWN_PROBE_PERMANENT=False
     )
     runtime.breaker.polled({"shop.test": now_ms() + 8_000})
-    plan = _plan(runtime, scrapy.Request("http://shop.test/"), FORBIDDEN)
+    plan = plan_of(runtime, scrapy.Request("http://shop.test/"), FORBIDDEN)
     assert not plan.decision.retry
 
 

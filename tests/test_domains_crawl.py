@@ -50,20 +50,43 @@ def _settings(redis_url: str, node: str) -> dict[str, Any]:
     }
 
 
+def _throttled_site() -> Any:
+    """The site that throttles (every page 429 with Retry-After) after a burst."""
+    return flaky_site(
+        host="127.0.0.2",
+        mix="healthy",
+        pages=PAGES,
+        latency=0.02,
+        throttle_after=THROTTLE_AFTER,
+        throttle_for=THROTTLE_FOR,
+    )
+
+
+def _start_node(
+    urls: list[str], spider: str, settings: dict[str, Any], out: Any
+) -> subprocess.Popen[str]:
+    """One fleet node (tests/domains_crawl.py) in a subprocess; its results in *out*."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, str(ROOT / "tests" / "domains_crawl.py")),
+            json.dumps(urls),
+            spider,
+            json.dumps(settings),
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.fixture(scope="module")
 def fleet_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("domains")
     spider = f"domains{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(redis_url)
     with (
-        flaky_site(
-            host="127.0.0.2",
-            mix="healthy",
-            pages=PAGES,
-            latency=0.02,
-            throttle_after=THROTTLE_AFTER,
-            throttle_for=THROTTLE_FOR,
-        ) as throttled,
+        _throttled_site() as throttled,
         flaky_site(host="127.0.0.3", mix="healthy", pages=PAGES, latency=0.02) as healthy_a,
         flaky_site(host="127.0.0.4", mix="healthy", pages=PAGES, latency=0.02) as healthy_b,
     ):
@@ -73,19 +96,8 @@ def fleet_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
         try:
             for i in range(2):
                 out = tmp / f"node{i}.json"
-                process = subprocess.Popen(
-                    [
-                        *(sys.executable, str(ROOT / "tests" / "domains_crawl.py")),
-                        json.dumps(urls[i::2]),
-                        spider,
-                        json.dumps(_settings(redis_url, f"node-{i}")),
-                        str(out),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-                nodes.append((process, out))
+                settings = _settings(redis_url, f"node-{i}")
+                nodes.append((_start_node(urls[i::2], spider, settings, out), out))
             results = []
             for process, out in nodes:
                 _, stderr = process.communicate(timeout=150)
@@ -174,14 +186,7 @@ def delayed_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any
     tmp = tmp_path_factory.mktemp("delayed")
     spider = f"delayed{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(redis_url)
-    with flaky_site(
-        host="127.0.0.2",
-        mix="healthy",
-        pages=PAGES,
-        latency=0.02,
-        throttle_after=THROTTLE_AFTER,
-        throttle_for=THROTTLE_FOR,
-    ) as site:
+    with _throttled_site() as site:
         out = tmp / "node.json"
         settings = {
             **_settings(redis_url, "delayed-node"),
@@ -190,22 +195,14 @@ def delayed_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any
             "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
         }
         try:
-            done = subprocess.run(
-                [
-                    *(sys.executable, str(ROOT / "tests" / "domains_crawl.py")),
-                    json.dumps([f"{site.url}/page/{n}" for n in range(PAGES)]),
-                    spider,
-                    json.dumps(settings),
-                    str(out),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=150,
+            process = _start_node(
+                [f"{site.url}/page/{n}" for n in range(PAGES)], spider, settings, out
             )
-            assert done.returncode == 0, done.stderr[-3000:]
+            _, stderr = process.communicate(timeout=150)
+            assert process.returncode == 0, stderr[-3000:]
             yield {
                 "log": site.get_json("/__log"),
-                "node": json.loads(out.read_text()) | {"log": done.stderr},
+                "node": json.loads(out.read_text()) | {"log": stderr},
                 "events": [
                     {k.decode(): v.decode() for k, v in fields.items()}
                     for _, fields in client.xrange(keys_for(spider).events)

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import scrapy
 from scrapy.http import HtmlResponse
-from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime
-from scrapy_retryqueue.runtime.planner import Plan, retries_so_far
+from scrapy_retryqueue.runtime.planner import retries_so_far
+
+from .runtimes import plan_of, unopened_runtime
 
 SERVER_ERROR = FailureInfo("server_error", "HttpStatus", "HTTP 503", status=503)
 TIMEOUT = FailureInfo("timeout", "twisted.internet.error.TimeoutError", "took too long")
@@ -27,11 +28,7 @@ class DropInSpider(scrapy.Spider):
 
 
 def _runtime(tmp_path: Path, **settings: Any) -> RetryQueueRuntime:
-    crawler = get_crawler(DropInSpider, {"RETRYQUEUE_EMBEDDED_DIR": str(tmp_path), **settings})
-    crawler.spider = crawler._create_spider()
-    runtime = RetryQueueRuntime(crawler)
-    runtime.spider = runtime.planner.spider = runtime.reporter.spider = crawler.spider
-    return runtime
+    return unopened_runtime(DropInSpider, tmp_path, **settings)
 
 
 def _retried(runtime: RetryQueueRuntime, attempts: dict[str, int], **meta: Any) -> scrapy.Request:
@@ -51,12 +48,6 @@ def _retried(runtime: RetryQueueRuntime, attempts: dict[str, int], **meta: Any) 
     return request
 
 
-def _plan(runtime: RetryQueueRuntime, request: scrapy.Request, failure: FailureInfo) -> Plan:
-    plan = runtime.planner.plan(request, failure)
-    runtime.reporter.notes(plan.notes)
-    return plan
-
-
 def _stat(runtime: RetryQueueRuntime, name: str) -> Any:
     return runtime.crawler.stats.get_value(name)
 
@@ -66,7 +57,7 @@ def _stat(runtime: RetryQueueRuntime, name: str) -> Any:
 
 def test_max_retry_times_zero_means_never_retry(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
-    plan = _plan(
+    plan = plan_of(
         runtime, scrapy.Request("http://example.com/", meta={"max_retry_times": 0}), SERVER_ERROR
     )
     assert not plan.decision.retry
@@ -78,9 +69,9 @@ def test_max_retry_times_caps_the_retries_of_every_kind_together(tmp_path: Path)
     runtime = _runtime(tmp_path)
     # Two retries already, of two kinds: each kind's own budget (5) is far off.
     request = _retried(runtime, {"server_error": 1, "timeout": 1}, max_retry_times=2)
-    assert not _plan(runtime, request, SERVER_ERROR).decision.retry
+    assert not plan_of(runtime, request, SERVER_ERROR).decision.retry
     request = _retried(runtime, {"server_error": 1}, max_retry_times=2)
-    assert _plan(runtime, request, TIMEOUT).decision.retry
+    assert plan_of(runtime, request, TIMEOUT).decision.retry
 
 
 def test_a_callbacks_get_retry_request_count_goes_on(tmp_path: Path) -> None:
@@ -88,7 +79,7 @@ def test_a_callbacks_get_retry_request_count_goes_on(tmp_path: Path) -> None:
     # 503 (our retry 1), then the callback asked for retry 2 with get_retry_request().
     request = _retried(runtime, {"server_error": 1}, max_retry_times=2, retry_times=2)
     assert retries_so_far({"server_error": 1}, request.meta) == 2
-    assert not _plan(runtime, request, SERVER_ERROR).decision.retry
+    assert not plan_of(runtime, request, SERVER_ERROR).decision.retry
 
 
 def test_get_retry_request_in_a_callback_stops_where_stock_scrapy_stops(tmp_path: Path) -> None:
@@ -96,9 +87,9 @@ def test_get_retry_request_in_a_callback_stops_where_stock_scrapy_stops(tmp_path
     # request once its callback counted a retry itself.
     runtime = _runtime(tmp_path)
     request = _retried(runtime, {"server_error": 1}, retry_times=2)
-    assert not _plan(runtime, request, SERVER_ERROR).decision.retry
+    assert not plan_of(runtime, request, SERVER_ERROR).decision.retry
     # Without the callback's count, the kind's own budget (5) applies.
-    assert _plan(
+    assert plan_of(
         runtime, _retried(runtime, {"server_error": 1}, retry_times=1), SERVER_ERROR
     ).decision.retry
 
@@ -112,14 +103,14 @@ def test_retryqueue_max_retries_wins_over_max_retry_times(tmp_path: Path) -> Non
     request = scrapy.Request(
         "http://example.com/", meta={"max_retry_times": 0, "retryqueue_max_retries": 1}
     )
-    assert _plan(runtime, request, SERVER_ERROR).decision.retry
+    assert plan_of(runtime, request, SERVER_ERROR).decision.retry
 
 
 def test_a_bad_max_retry_times_is_reported_and_ignored(tmp_path: Path, caplog: Any) -> None:
     runtime = _runtime(tmp_path)
     request = scrapy.Request("http://example.com/", meta={"max_retry_times": "two"})
     with caplog.at_level(logging.ERROR):
-        plan = _plan(runtime, request, SERVER_ERROR)
+        plan = plan_of(runtime, request, SERVER_ERROR)
     assert plan.decision.retry
     assert "meta['max_retry_times'] must be a whole number >= 0, got 'two'" in caplog.text
     assert _stat(runtime, "retryqueue/meta_error") == 1
@@ -145,13 +136,13 @@ def test_a_reinjected_request_carries_scrapys_retry_count(tmp_path: Path) -> Non
 def test_a_parked_retry_counts_scrapys_retry_stats(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
     runtime.reporter.planned(
-        _plan(runtime, scrapy.Request("http://example.com/a"), SERVER_ERROR), Outcome.PARKED
+        plan_of(runtime, scrapy.Request("http://example.com/a"), SERVER_ERROR), Outcome.PARKED
     )
     runtime.reporter.planned(
-        _plan(runtime, scrapy.Request("http://example.com/b"), TIMEOUT), Outcome.PARKED
+        plan_of(runtime, scrapy.Request("http://example.com/b"), TIMEOUT), Outcome.PARKED
     )
     runtime.reporter.planned(
-        _plan(runtime, scrapy.Request("http://example.com/c"), PARSE), Outcome.PARKED
+        plan_of(runtime, scrapy.Request("http://example.com/c"), PARSE), Outcome.PARKED
     )
     assert _stat(runtime, "retry/count") == 3
     assert _stat(runtime, "retry/reason_count/503 Service Unavailable") == 1
@@ -169,12 +160,12 @@ def test_a_deferral_is_not_a_retry(tmp_path: Path) -> None:
 
 def test_max_reached_counts_budgets_run_out_not_permanent_kinds(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
-    spent = _plan(runtime, _retried(runtime, {"server_error": 5}), SERVER_ERROR)
+    spent = plan_of(runtime, _retried(runtime, {"server_error": 5}), SERVER_ERROR)
     assert spent.exhausted
     runtime.reporter.planned(spent, Outcome.DEAD)
     not_found = FailureInfo("not_found", "HttpStatus", "HTTP 404", status=404)
     runtime.reporter.planned(
-        _plan(runtime, scrapy.Request("http://example.com/x"), not_found), Outcome.DEAD
+        plan_of(runtime, scrapy.Request("http://example.com/x"), not_found), Outcome.DEAD
     )
     assert _stat(runtime, "retry/max_reached") == 1
     assert _stat(runtime, "retryqueue/dead") == 2
@@ -190,7 +181,7 @@ def test_give_up_log_level_meta_sets_the_dead_letters_level(
     runtime = _runtime(tmp_path)
     request = _retried(runtime, {"server_error": 5}, give_up_log_level=level)
     with caplog.at_level(logging.DEBUG, logger="scrapy_retryqueue"):
-        runtime.reporter.planned(_plan(runtime, request, SERVER_ERROR), Outcome.DEAD)
+        runtime.reporter.planned(plan_of(runtime, request, SERVER_ERROR), Outcome.DEAD)
     [record] = [r for r in caplog.records if "dead letter" in r.getMessage()]
     assert record.levelno == logging.DEBUG
 
@@ -198,7 +189,7 @@ def test_give_up_log_level_meta_sets_the_dead_letters_level(
 def test_a_dead_letter_without_the_meta_key_logs_at_error(tmp_path: Path, caplog: Any) -> None:
     runtime = _runtime(tmp_path)
     with caplog.at_level(logging.DEBUG, logger="scrapy_retryqueue"):
-        plan = _plan(runtime, _retried(runtime, {"server_error": 5}), SERVER_ERROR)
+        plan = plan_of(runtime, _retried(runtime, {"server_error": 5}), SERVER_ERROR)
         runtime.reporter.planned(plan, Outcome.DEAD)
     [record] = [r for r in caplog.records if "dead letter" in r.getMessage()]
     assert record.levelno == logging.ERROR
@@ -275,8 +266,8 @@ def test_retry_times_is_the_budget_unless_retryqueue_policies_sets_one() -> None
 
 def test_retry_times_caps_retries_over_every_kind_but_not_retryqueues_own(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path, RETRY_TIMES=1, RETRYQUEUE_POLICIES={"timeout": {"max_retries": 5}})
-    assert not _plan(runtime, _retried(runtime, {"timeout": 1}), SERVER_ERROR).decision.retry
-    assert _plan(runtime, _retried(runtime, {"server_error": 1}), TIMEOUT).decision.retry
+    assert not plan_of(runtime, _retried(runtime, {"timeout": 1}), SERVER_ERROR).decision.retry
+    assert plan_of(runtime, _retried(runtime, {"server_error": 1}), TIMEOUT).decision.retry
 
 
 def test_retry_enabled_false_retries_no_download_and_says_so() -> None:

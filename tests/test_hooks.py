@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import scrapy
 from scrapy.settings import Settings
-from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue import signals as rq_signals
 from scrapy_retryqueue.classify import FailureInfo
@@ -22,7 +21,8 @@ from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.policy import Decision
 from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime
-from scrapy_retryqueue.runtime.planner import Plan
+
+from .runtimes import plan_of, unopened_runtime
 
 SERVER_ERROR = FailureInfo("server_error", "HttpStatus", "HTTP 503", status=503)
 NOT_FOUND = FailureInfo("not_found", "HttpStatus", "HTTP 404", status=404)
@@ -76,21 +76,7 @@ class ClassHook:
 
 
 def _runtime(tmp_path: Path, **settings: Any) -> RetryQueueRuntime:
-    crawler = get_crawler(
-        HookSpider,
-        {"RETRYQUEUE_EMBEDDED_DIR": str(tmp_path), "RETRYQUEUE_NODE_ID": "n1", **settings},
-    )
-    crawler.spider = crawler._create_spider()
-    runtime = RetryQueueRuntime(crawler)
-    runtime.spider = runtime.planner.spider = runtime.reporter.spider = crawler.spider
-    return runtime
-
-
-def _plan(runtime: RetryQueueRuntime, request: scrapy.Request, failure: FailureInfo) -> Plan:
-    """The planner's plan, its notes counted and logged as the runtime does."""
-    plan = runtime.planner.plan(request, failure)
-    runtime.reporter.notes(plan.notes)
-    return plan
+    return unopened_runtime(HookSpider, tmp_path, RETRYQUEUE_NODE_ID="n1", **settings)
 
 
 def _request(url: str = "http://example.com/page/1") -> scrapy.Request:
@@ -129,7 +115,7 @@ def test_bad_hook_names_setting_and_value(value: Any, message: str):
 def test_no_hook_keeps_the_decision(tmp_path: Path):
     runtime = _runtime(tmp_path)
     request = _request()
-    plan = _plan(runtime, request, SERVER_ERROR)
+    plan = plan_of(runtime, request, SERVER_ERROR)
     assert plan.decision.retry and plan.decision.kind == "server_error"
     assert plan.request is request
 
@@ -138,7 +124,7 @@ def test_hook_returning_none_keeps_the_retry(tmp_path: Path):
     SEEN_CALLS.clear()
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=f"{__name__}.keep_hook")
     request = _request()
-    plan = _plan(runtime, request, SERVER_ERROR)
+    plan = plan_of(runtime, request, SERVER_ERROR)
     assert [(request.url, "server_error", 1)] == SEEN_CALLS
     assert plan.decision.retry and plan.request is request
     assert runtime.crawler.stats.get_value("retryqueue/hook/replaced") is None
@@ -147,7 +133,7 @@ def test_hook_returning_none_keeps_the_retry(tmp_path: Path):
 def test_hook_is_not_asked_about_dead_letters(tmp_path: Path):
     SEEN_CALLS.clear()
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=f"{__name__}.keep_hook")
-    plan = _plan(runtime, _request(), NOT_FOUND)
+    plan = plan_of(runtime, _request(), NOT_FOUND)
     assert not plan.decision.retry
     assert SEEN_CALLS == []
 
@@ -155,7 +141,7 @@ def test_hook_is_not_asked_about_dead_letters(tmp_path: Path):
 def test_hook_replacement_is_what_gets_stored(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=proxy_hook)
     request = _request()
-    plan = _plan(runtime, request, SERVER_ERROR)
+    plan = plan_of(runtime, request, SERVER_ERROR)
     assert plan.decision.retry
     assert plan.request is not request
     stored = plan.task.request
@@ -168,7 +154,7 @@ def test_hook_replacement_is_what_gets_stored(tmp_path: Path):
 
 def test_hook_veto_dead_letters_with_kind_vetoed(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=veto_hook)
-    plan = _plan(runtime, _request(), SERVER_ERROR)
+    plan = plan_of(runtime, _request(), SERVER_ERROR)
     assert plan.decision.retry is False
     assert plan.decision.kind == "vetoed"
     assert plan.decision.reason == "server_error: retry vetoed by RETRYQUEUE_RETRY_HOOK"
@@ -184,7 +170,7 @@ def test_broken_hook_keeps_the_retry(tmp_path: Path, hook: Any, caplog: Any):
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=hook)
     request = _request()
     with caplog.at_level(logging.ERROR):
-        plan = _plan(runtime, request, SERVER_ERROR)
+        plan = plan_of(runtime, request, SERVER_ERROR)
     assert plan.decision.retry and plan.request is request
     assert runtime.crawler.stats.get_value("retryqueue/hook/error") == 1
     assert "RETRYQUEUE_RETRY_HOOK failed for http://example.com/page/1" in caplog.text
@@ -192,7 +178,7 @@ def test_broken_hook_keeps_the_retry(tmp_path: Path, hook: Any, caplog: Any):
 
 def test_hook_class_is_built_from_crawler(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=f"{__name__}.ClassHook", HOOK_AGENT="x/1")
-    plan = _plan(runtime, _request(), SERVER_ERROR)
+    plan = plan_of(runtime, _request(), SERVER_ERROR)
     assert plan.request is not None
     assert plan.request.headers[b"User-Agent"] == b"x/1"
 
@@ -221,7 +207,7 @@ def test_scheduled_signal_carries_the_replacement(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=proxy_hook)
     scheduled = _record(runtime, rq_signals.retryqueue_scheduled)
     dead = _record(runtime, rq_signals.retryqueue_dead)
-    plan = _plan(runtime, _request(), SERVER_ERROR)
+    plan = plan_of(runtime, _request(), SERVER_ERROR)
     runtime.reporter.planned(plan, Outcome("parked"))
     assert dead == []
     [event] = scheduled
@@ -237,7 +223,7 @@ def test_dead_signal_for_a_veto(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_RETRY_HOOK=veto_hook)
     dead = _record(runtime, rq_signals.retryqueue_dead)
     request = _request()
-    plan = _plan(runtime, request, SERVER_ERROR)
+    plan = plan_of(runtime, request, SERVER_ERROR)
     runtime.reporter.planned(plan, Outcome("dead"))
     [event] = dead
     assert event["kind"] == "vetoed"
@@ -251,14 +237,14 @@ def test_no_signal_for_writes_not_taken(tmp_path: Path):
     scheduled = _record(runtime, rq_signals.retryqueue_scheduled)
     dead = _record(runtime, rq_signals.retryqueue_dead)
     for outcome in ("duplicate", "stale", "error"):
-        runtime.reporter.planned(_plan(runtime, _request(), SERVER_ERROR), Outcome(outcome))
+        runtime.reporter.planned(plan_of(runtime, _request(), SERVER_ERROR), Outcome(outcome))
     assert scheduled == [] and dead == []
 
 
 def test_spooled_write_is_signalled_with_its_outcome(tmp_path: Path):
     runtime = _runtime(tmp_path)
     scheduled = _record(runtime, rq_signals.retryqueue_scheduled)
-    runtime.reporter.planned(_plan(runtime, _request(), SERVER_ERROR), Outcome("spooled"))
+    runtime.reporter.planned(plan_of(runtime, _request(), SERVER_ERROR), Outcome("spooled"))
     assert [e["outcome"] for e in scheduled] == ["spooled"]
 
 
@@ -269,7 +255,7 @@ def test_a_failing_handler_does_not_break_the_write(tmp_path: Path, caplog: Any)
         raise RuntimeError("alerting is down")
 
     runtime.crawler.signals.connect(bad, signal=rq_signals.retryqueue_scheduled, weak=False)
-    plan = _plan(runtime, _request(), SERVER_ERROR)
+    plan = plan_of(runtime, _request(), SERVER_ERROR)
     with caplog.at_level(logging.ERROR):
         assert runtime.reporter.planned(plan, Outcome("parked")) == "parked"
     assert "alerting is down" in caplog.text
