@@ -100,9 +100,11 @@ def task_from_json(raw: str | bytes) -> Task:
         )
     for name, kind in (("id", str), ("spider", str), ("request", dict), ("attempts", dict)):
         if not isinstance(doc.get(name), kind):
-            raise EnvelopeError(
-                f"envelope field {name!r} must be {kind.__name__}, got {doc.get(name)!r}"
-            )
+            value = doc.get(name)
+            # Only the type of a bad request: its value may hold secret headers,
+            # and this message reaches logs and dead letters.
+            shown = f"a {type(value).__name__}" if name == "request" else repr(value)
+            raise EnvelopeError(f"envelope field {name!r} must be {kind.__name__}, got {shown}")
     if not isinstance(doc["request"].get("url"), str):
         raise EnvelopeError("envelope field 'request.url' is missing or not a string")
     attempts = doc["attempts"]
@@ -222,17 +224,26 @@ def _is_request_class_path(path: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, Request)
 
 
-def malformed_envelope(task_id: str, raw: str, error: str, node: str) -> str:
-    """The dead-letter envelope of a task that cannot be read: its raw text kept as it is."""
-    return json.dumps(
-        {
-            "v": ENVELOPE_VERSION,
-            "id": task_id,
-            "dead_kind": "malformed",
-            "kind": "malformed",
-            "node": node,
-            "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
-            "raw": raw,
-        },
-        separators=(",", ":"),
-    )
+def malformed_envelope(task_id: str, raw: str | bytes, error: str, node: str) -> str:
+    """The dead-letter envelope of a task that cannot be read, its stored value kept.
+
+    Text is kept as it is (``raw``); bytes that are not UTF-8 text are kept as
+    base64 (``raw_base64``), so the dead letter itself is valid JSON.
+    """
+    doc: dict[str, Any] = {
+        "v": ENVELOPE_VERSION,
+        "id": task_id,
+        "dead_kind": "malformed",
+        "kind": "malformed",
+        "node": node,
+        "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
+    }
+    if isinstance(raw, bytes):
+        try:
+            doc["raw"] = raw.decode()
+        except UnicodeDecodeError:
+            doc["raw_base64"] = base64.b64encode(raw).decode("ascii")
+    else:
+        doc["raw"] = raw
+    # ASCII only: a task id read with surrogateescape (not UTF-8) stays writable.
+    return json.dumps(doc, separators=(",", ":"))

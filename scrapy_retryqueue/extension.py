@@ -144,7 +144,7 @@ class RetryQueueExtension:
         for task_id, raw in result.claimed.tasks:
             self._reinject(task_id, raw, result.token)
 
-    def _reinject(self, task_id: str, raw: str, token: str) -> None:
+    def _reinject(self, task_id: str, raw: str | bytes, token: str) -> None:
         runtime = self.runtime
         try:
             task = task_from_json(raw)
