@@ -3,7 +3,9 @@
 Never pickle: an envelope is read from a shared Redis, so reading one must not
 be able to run code. Bytes (headers, body) are carried as latin-1 text and
 base64; meta and cb_kwargs must be plain JSON, and a value that is not is
-reported by its path (``meta['item']``) instead of being dropped.
+reported by its path (``meta['item']``) instead of being dropped. With
+RETRYQUEUE_ENCRYPTION_KEYS, headers, body and cookies are sealed into one
+token (:mod:`scrapy_retryqueue.encryption`) and opened when read back.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
 from .defaults import ENVELOPE_VERSION, TRANSIENT_META_KEYS
+from .encryption import RequestCipher, open_request
 from .exceptions import EnvelopeError
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -190,11 +193,17 @@ def request_to_json(request: Request, spider: Any) -> dict[str, Any]:
     return out
 
 
-def request_from_json(data: Mapping[str, Any], spider: Any) -> Request:
+def request_from_json(
+    data: Mapping[str, Any], spider: Any, *, cipher: RequestCipher | None = None
+) -> Request:
     """Rebuild a request written by :func:`request_to_json`.
 
     It is marked ``dont_filter``: the dupefilter saw its URL the first time.
+    Encrypted fields (RETRYQUEUE_ENCRYPTION_KEYS) are opened with *cipher*;
+    without a key that opens them, EncryptionKeyError (never EnvelopeError:
+    the task is sound, only this node cannot read it).
     """
+    data = open_request(data, cipher)
     d: dict[str, Any] = {k: v for k, v in data.items() if k not in ("headers", "body")}
     headers: dict[bytes, list[bytes]] = {}
     try:

@@ -40,3 +40,11 @@ class EnvelopeError(RetryQueueError, ValueError):
 
 class EmbeddedServerError(RetryQueueError, RuntimeError):
     """The embedded Redis-compatible server cannot be started here."""
+
+
+class EncryptionKeyError(RetryQueueError):
+    """A stored request is encrypted and no key of RETRYQUEUE_ENCRYPTION_KEYS opens it.
+
+    Not an :class:`EnvelopeError`: the task is sound and waits for a node that
+    has its key; it is never dead-lettered as malformed for this.
+    """
