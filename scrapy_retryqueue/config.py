@@ -33,6 +33,8 @@ from .scrapycompat import ScrapyRetry, own_policy_fields, read_scrapy_retry
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from .encryption import RequestCipher
+
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -48,6 +50,8 @@ class Config:
     wait_log_interval: float
     #: RETRYQUEUE_SECRET_HEADERS, lower-cased (redact.py).
     secret_headers: frozenset[str]
+    #: RETRYQUEUE_ENCRYPTION_KEYS as a cipher (encryption.py); None: not encrypted.
+    encryption: RequestCipher | None
     redis_cluster: bool
     spool_memory: int
     spool_max: int
@@ -287,6 +291,13 @@ def secret_headers_setting(settings: Any) -> frozenset[str]:
     return secret_names(value)
 
 
+def encryption_setting(settings: Any) -> RequestCipher | None:
+    """RETRYQUEUE_ENCRYPTION_KEYS as a cipher; None when no key is set (no encryption)."""
+    from .encryption import cipher_for, parse_keys
+
+    return cipher_for(parse_keys(raw_setting(settings, "RETRYQUEUE_ENCRYPTION_KEYS")))
+
+
 def redis_url_setting_name(settings: Any) -> str:
     """Which setting names the Redis the crawl uses (see :func:`redis_url_from_settings`)."""
     if settings.get("RETRYQUEUE_REDIS_URL"):
@@ -381,6 +392,7 @@ def load_config(settings: Any) -> Config:
         start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
         fleet_wait=float(number_setting(settings, "RETRYQUEUE_FLEET_WAIT")),
         secret_headers=secret_headers_setting(settings),
+        encryption=encryption_setting(settings),
         wait_log_interval=float(
             number_setting(settings, "RETRYQUEUE_WAIT_LOG_INTERVAL", strict=True)
         ),

@@ -282,6 +282,9 @@ SETTINGS: dict[str, Any] = {
     #: Request headers whose values no surface shows (dashboard, API, exports,
     #: logs, the audit log); the stored request keeps them, to be replayed.
     "RETRYQUEUE_SECRET_HEADERS": ["Authorization", "Cookie", "Proxy-Authorization"],
+    #: Fernet keys that encrypt a stored request's headers, body and cookies at
+    #: rest (encryption.py): the first encrypts, every one decrypts. Empty: off.
+    "RETRYQUEUE_ENCRYPTION_KEYS": [],
 }
 
 #: Request meta keys the queue reads.
@@ -306,6 +309,9 @@ TRANSIENT_META_KEYS = frozenset(
 #: The finish_reason of a crawl that closed with retries pending or writes
 #: spooled (as Scrapy's closespider_* reasons name why a crawl ended).
 FINISH_REASON_WORK_LEFT = "retryqueue_work_left"
+#: The finish_reason of a crawl that claimed a task no key of
+#: RETRYQUEUE_ENCRYPTION_KEYS decrypts (the task is handed back, not lost).
+FINISH_REASON_KEY_MISSING = "retryqueue_encryption_key_missing"
 
 #: Middleware orders: where Scrapy's RetryMiddleware sits, and close to the spider.
 DOWNLOADER_MIDDLEWARE_ORDER = 550

@@ -3,7 +3,9 @@
 Never pickle: an envelope is read from a shared Redis, so reading one must not
 be able to run code. Bytes (headers, body) are carried as latin-1 text and
 base64; meta and cb_kwargs must be plain JSON, and a value that is not is
-reported by its path (``meta['item']``) instead of being dropped.
+reported by its path (``meta['item']``) instead of being dropped. With
+RETRYQUEUE_ENCRYPTION_KEYS, headers, body and cookies are sealed into one
+token (:mod:`scrapy_retryqueue.encryption`) and opened when read back.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
 from .defaults import ENVELOPE_VERSION, TRANSIENT_META_KEYS
+from .encryption import RequestCipher, open_request
 from .exceptions import EnvelopeError
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -100,9 +103,11 @@ def task_from_json(raw: str | bytes) -> Task:
         )
     for name, kind in (("id", str), ("spider", str), ("request", dict), ("attempts", dict)):
         if not isinstance(doc.get(name), kind):
-            raise EnvelopeError(
-                f"envelope field {name!r} must be {kind.__name__}, got {doc.get(name)!r}"
-            )
+            value = doc.get(name)
+            # Only the type of a bad request: its value may hold secret headers,
+            # and this message reaches logs and dead letters.
+            shown = f"a {type(value).__name__}" if name == "request" else repr(value)
+            raise EnvelopeError(f"envelope field {name!r} must be {kind.__name__}, got {shown}")
     if not isinstance(doc["request"].get("url"), str):
         raise EnvelopeError("envelope field 'request.url' is missing or not a string")
     attempts = doc["attempts"]
@@ -188,11 +193,17 @@ def request_to_json(request: Request, spider: Any) -> dict[str, Any]:
     return out
 
 
-def request_from_json(data: Mapping[str, Any], spider: Any) -> Request:
+def request_from_json(
+    data: Mapping[str, Any], spider: Any, *, cipher: RequestCipher | None = None
+) -> Request:
     """Rebuild a request written by :func:`request_to_json`.
 
     It is marked ``dont_filter``: the dupefilter saw its URL the first time.
+    Encrypted fields (RETRYQUEUE_ENCRYPTION_KEYS) are opened with *cipher*;
+    without a key that opens them, EncryptionKeyError (never EnvelopeError:
+    the task is sound, only this node cannot read it).
     """
+    data = open_request(data, cipher)
     d: dict[str, Any] = {k: v for k, v in data.items() if k not in ("headers", "body")}
     headers: dict[bytes, list[bytes]] = {}
     try:
@@ -222,17 +233,26 @@ def _is_request_class_path(path: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, Request)
 
 
-def malformed_envelope(task_id: str, raw: str, error: str, node: str) -> str:
-    """The dead-letter envelope of a task that cannot be read: its raw text kept as it is."""
-    return json.dumps(
-        {
-            "v": ENVELOPE_VERSION,
-            "id": task_id,
-            "dead_kind": "malformed",
-            "kind": "malformed",
-            "node": node,
-            "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
-            "raw": raw,
-        },
-        separators=(",", ":"),
-    )
+def malformed_envelope(task_id: str, raw: str | bytes, error: str, node: str) -> str:
+    """The dead-letter envelope of a task that cannot be read, its stored value kept.
+
+    Text is kept as it is (``raw``); bytes that are not UTF-8 text are kept as
+    base64 (``raw_base64``), so the dead letter itself is valid JSON.
+    """
+    doc: dict[str, Any] = {
+        "v": ENVELOPE_VERSION,
+        "id": task_id,
+        "dead_kind": "malformed",
+        "kind": "malformed",
+        "node": node,
+        "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
+    }
+    if isinstance(raw, bytes):
+        try:
+            doc["raw"] = raw.decode()
+        except UnicodeDecodeError:
+            doc["raw_base64"] = base64.b64encode(raw).decode("ascii")
+    else:
+        doc["raw"] = raw
+    # ASCII only: a task id read with surrogateescape (not UTF-8) stays writable.
+    return json.dumps(doc, separators=(",", ":"))

@@ -47,3 +47,11 @@ class DomainCoolingDown(RetryQueueError):
     cool down while it waited there (DOWNLOAD_DELAY, AutoThrottle, per-domain
     concurrency); the downloader middleware parks it as ``deferred``. Internal: a
     request's errback never receives it."""
+
+
+class EncryptionKeyError(RetryQueueError):
+    """A stored request is encrypted and no key of RETRYQUEUE_ENCRYPTION_KEYS opens it.
+
+    Not an :class:`EnvelopeError`: the task is sound and waits for a node that
+    has its key; it is never dead-lettered as malformed for this.
+    """

@@ -22,8 +22,14 @@ from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
 from .classify import failure_for_kind
-from .defaults import FINISH_REASON_WORK_LEFT, META_ITEM, MIN_POLL_INTERVAL
+from .defaults import (
+    FINISH_REASON_KEY_MISSING,
+    FINISH_REASON_WORK_LEFT,
+    META_ITEM,
+    MIN_POLL_INTERVAL,
+)
 from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
+from .exceptions import EncryptionKeyError
 from .runtime import PollResult, RetryQueueRuntime, runtime_for
 from .values import now_ms
 
@@ -157,11 +163,18 @@ class RetryQueueExtension:
         for task_id, raw in result.claimed.tasks:
             self._reinject(task_id, raw, result.token)
 
-    def _reinject(self, task_id: str, raw: str, token: str) -> None:
+    def _reinject(self, task_id: str, raw: str | bytes, token: str) -> None:
         runtime = self.runtime
+        if self._closing:
+            return  # held: handed back when the spider closes
         try:
             task = task_from_json(raw)
-            request = request_from_json(task.request, runtime.spider)
+            request = request_from_json(task.request, runtime.spider, cipher=self.config.encryption)
+        except EncryptionKeyError as exc:
+            # Not malformed: a node with the key can run it. Keep it (held,
+            # then handed back at close) and stop this crawl (encryption.py).
+            self._stop_without_key(task_id, exc)
+            return
         except EnvelopeError as exc:
             runtime.dead_letter_malformed(task_id, raw, token, exc)
             return
@@ -174,6 +187,27 @@ class RetryQueueExtension:
             )
             return
         self.crawler.engine.crawl(request)
+
+    def _stop_without_key(self, task_id: str, error: EncryptionKeyError) -> None:
+        """A claimed task no listed key decrypts: one ERROR line, then the crawl stops.
+
+        The task (and whatever this node holds) is handed back when the spider
+        closes, due at once, for a node that has its key.
+        """
+        self._closing = True
+        self.runtime.reporter.count("retryqueue/encryption/key_missing")
+        logger.error(
+            "scrapy-retryqueue: task %s: %s. The task stays in Redis, handed back due now; "
+            "the crawl stops (finish reason %s)",
+            ascii(task_id),
+            error,
+            FINISH_REASON_KEY_MISSING,
+        )
+        engine = self.crawler.engine
+        if hasattr(engine, "close_spider_async"):
+            deferred_from_coro(engine.close_spider_async(reason=FINISH_REASON_KEY_MISSING))
+        else:  # Scrapy < 2.14
+            engine.close_spider(self.runtime.spider, FINISH_REASON_KEY_MISSING)
 
     # -- keeping the spider open --------------------------------------------
 

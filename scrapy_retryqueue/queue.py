@@ -18,7 +18,13 @@ from typing import Any
 
 import redis
 
-from .defaults import DEAD_LETTERS_LIMIT, EVENTS_MAXLEN, PROBE_RECHECK_MS, QUEUE_BATCH
+from .defaults import (
+    DEAD_LETTERS_LIMIT,
+    ENVELOPE_VERSION,
+    EVENTS_MAXLEN,
+    PROBE_RECHECK_MS,
+    QUEUE_BATCH,
+)
 from .envelope import Task
 from .keys import Keys, keys_for
 from .values import as_text
@@ -75,16 +81,53 @@ class Write:
         )
 
 
+def task_id_text(raw: Any) -> str:
+    """A task id from Redis as ``str``; one that is not UTF-8 keeps its bytes as
+    surrogates (``surrogateescape``), so :func:`wire_id` writes it back unchanged."""
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return raw.decode("utf-8", "surrogateescape")
+    return str(raw)
+
+
+def wire_id(task_id: str) -> str | bytes:
+    """A task id as it goes to Redis: the bytes it was read as (see :func:`task_id_text`)."""
+    if task_id.isascii():
+        return task_id
+    return task_id.encode("utf-8", "surrogateescape")
+
+
+def envelope_text(raw: Any) -> str | bytes:
+    """An envelope from Redis as ``str``, or its bytes as they are when not UTF-8.
+
+    Decoded one by one: a stored envelope that is not UTF-8 text must not fail
+    the claim of the others (the reader dead-letters it as ``malformed``).
+    """
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return raw
+    return str(raw)
+
+
 @dataclass(slots=True)
 class Claimed:
     """What one claim call returned."""
 
-    #: (task id, raw envelope) pairs now leased to the caller.
-    tasks: list[tuple[str, str]] = field(default_factory=list)
+    #: (task id, raw envelope) pairs now leased to the caller; an envelope that
+    #: is not UTF-8 text is handed out as its bytes (see :func:`envelope_text`).
+    tasks: list[tuple[str, str | bytes]] = field(default_factory=list)
     due: int = 0
     leased: int = 0
     #: Due time (ms) of the earliest task still waiting, None when there is none.
     next_due: int | None = None
+    #: Ghosts: due ids without an envelope, now malformed dead letters (claim.lua).
+    ghosts: list[str] = field(default_factory=list)
+    #: Ghosts whose id already had a dead letter: dropped from due, that one kept.
+    ghosts_kept: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -143,19 +186,20 @@ class RedisDelayedQueue:
         args: list[Any] = [self.node_id, self.events_maxlen]
         if op == "schedule":
             for w in chunk:
-                args += [w.task_id, w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
+                args += [wire_id(w.task_id), w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
             return [k.due, k.leased, k.tasks, k.events], args
         if op == "reschedule":
             for w in chunk:
-                args += [w.task_id, w.token, w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
+                args += [wire_id(w.task_id), w.token, w.envelope, w.due, w.now, w.kind]
+                args += [w.attempt, w.url]
             return [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events], args
         if op == "ack":
             for w in chunk:
-                args += [w.task_id, w.token, w.now, w.kind, w.url]
+                args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url]
             return [k.leased, k.tasks, k.owners, k.reclaims, k.events], args
         if op == "deadletter":
             for w in chunk:
-                args += [w.task_id, w.token or "", w.envelope, w.now, w.kind, w.url]
+                args += [wire_id(w.task_id), w.token or "", w.envelope, w.now, w.kind, w.url]
             keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events]
             return keys, args
         raise ValueError(f"unknown queue write {op!r}")
@@ -206,15 +250,20 @@ class RedisDelayedQueue:
             ],
             [
                 *(now, limit, lease_until, token, self.node_id, self.events_maxlen),
-                *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms),
+                *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms, ENVELOPE_VERSION),
             ],
         )
-        pairs = raw[3:]
+        pairs = raw[5:]
         return Claimed(
-            tasks=[(as_text(pairs[i]), as_text(pairs[i + 1])) for i in range(0, len(pairs), 2)],
+            tasks=[
+                (task_id_text(pairs[i]), envelope_text(pairs[i + 1]))
+                for i in range(0, len(pairs), 2)
+            ],
             due=int(raw[0]),
             leased=int(raw[1]),
             next_due=None if int(raw[2]) < 0 else int(raw[2]),
+            ghosts=[task_id_text(x) for x in raw[3]],
+            ghosts_kept=[task_id_text(x) for x in raw[4]],
         )
 
     def renew(self, leases: dict[str, str], *, lease_until: int) -> list[str]:
@@ -224,8 +273,8 @@ class RedisDelayedQueue:
         k = self.keys
         args: list[Any] = [lease_until]
         for task_id, token in leases.items():
-            args += [task_id, token]
-        return [as_text(x) for x in self._run("renew", [k.leased, k.owners], args)]
+            args += [wire_id(task_id), token]
+        return [task_id_text(x) for x in self._run("renew", [k.leased, k.owners], args)]
 
     def reap(self, *, now: int, limit: int, max_reclaims: int) -> tuple[list[str], list[str]]:
         """Return expired leases to due; returns (reclaimed ids, poisoned ids)."""
@@ -235,7 +284,7 @@ class RedisDelayedQueue:
             [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events],
             [now, limit, max_reclaims, self.events_maxlen, self.node_id],
         )
-        return [as_text(x) for x in reclaimed], [as_text(x) for x in poisoned]
+        return [task_id_text(x) for x in reclaimed], [task_id_text(x) for x in poisoned]
 
     def release(self, leases: dict[str, str], *, now: int) -> int:
         """Hand back held tasks (task id → token) so another node takes them at once."""
@@ -244,7 +293,7 @@ class RedisDelayedQueue:
         k = self.keys
         args: list[Any] = [now, self.node_id, self.events_maxlen]
         for task_id, token in leases.items():
-            args += [task_id, token]
+            args += [wire_id(task_id), token]
         return int(self._run("release", [k.due, k.leased, k.owners, k.events], args))
 
     def counts(self, *, now: int) -> Counts:

@@ -8,8 +8,13 @@ an export is explicitly asked to include them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .encryption import FIELD as ENCRYPTED_FIELD
+from .encryption import LABEL as ENCRYPTED
+from .encryption import is_sealed, sealed_fields
 
 #: What a masked value reads as.
 MASK = "***"
@@ -50,6 +55,12 @@ def mask_request(request: Any, secret: frozenset[str]) -> Any:
     """
     if not isinstance(request, Mapping):
         return request
+    if is_sealed(request):
+        # Encrypted at rest (RETRYQUEUE_ENCRYPTION_KEYS): each sealed field
+        # reads "(encrypted)" and the token is not shown.
+        shown = {k: v for k, v in request.items() if k != ENCRYPTED_FIELD}
+        shown.update(dict.fromkeys(sealed_fields(request), ENCRYPTED))
+        return shown
     shown = dict(request)
     if "headers" in shown:
         shown["headers"] = mask_headers(shown["headers"], secret)
@@ -66,7 +77,35 @@ def mask_request(request: Any, secret: frozenset[str]) -> Any:
 
 
 def mask_envelope(envelope: Any, secret: frozenset[str]) -> Any:
-    """A task envelope (dict) with its request masked; anything else as it is."""
-    if not isinstance(envelope, Mapping) or "request" not in envelope:
+    """A task envelope (dict) with its request masked; anything else as it is.
+
+    A malformed dead letter's stored text (``raw``) is masked too, as far as
+    text that may not be JSON allows (:func:`mask_raw`).
+    """
+    if not isinstance(envelope, Mapping):
+        return envelope
+    if isinstance(envelope.get("raw"), str):
+        envelope = {**envelope, "raw": mask_raw(envelope["raw"], secret)}
+    if "request" not in envelope:
         return envelope
     return {**envelope, "request": mask_request(envelope["request"], secret)}
+
+
+#: A string in JSON text, escapes included.
+_JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+
+
+def mask_raw(text: str, secret: frozenset[str]) -> str:
+    """Stored envelope text (a malformed one: maybe not JSON) with secret values masked.
+
+    Best effort on text that cannot be parsed: the value of each
+    ``["<secret header>", "<value>"]`` pair, and with ``cookie`` secret the
+    members of a ``"cookies"`` object, are replaced by the mask.
+    """
+    for name in secret:
+        pair = re.compile(rf'(\[\s*"{re.escape(name)}"\s*,\s*){_JSON_STRING}', re.IGNORECASE)
+        text = pair.sub(lambda m: f'{m.group(1)}"{MASK}"', text)
+    if "cookie" in secret:
+        cookies = re.compile(r'("cookies"\s*:\s*)(\{[^{}]*\}|\[[^\[\]]*\])')
+        text = cookies.sub(lambda m: f'{m.group(1)}"{MASK}"', text)
+    return text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from scrapy_retryqueue.defaults import ENVELOPE_VERSION
 from scrapy_retryqueue.envelope import (
     Task,
     check_json,
+    malformed_envelope,
     request_from_json,
     request_to_json,
     task_from_json,
@@ -148,7 +150,8 @@ def _doc(**changes):
         (_doc(id=5), ["'id'", "5"]),
         (_doc(spider=None), ["'spider'", "None"]),
         (_doc(request=KeyError), ["'request'", "dict"]),
-        (_doc(request=["https://example.com"]), ["'request'", "['https://example.com']"]),
+        # Only its type: a bad request's value may hold secret headers.
+        (_doc(request=["https://example.com"]), ["'request'", "got a list"]),
         (_doc(request={"method": "GET"}), ["request.url"]),
         (_doc(request={"url": 5}), ["request.url"]),
         (_doc(attempts=KeyError), ["'attempts'"]),
@@ -166,6 +169,26 @@ def test_task_from_json_errors(raw, fragments):
         task_from_json(raw)
     for fragment in fragments:
         assert fragment in str(info.value)
+
+
+def test_a_bad_request_field_is_reported_without_its_value():
+    raw = _doc(request=[["Authorization", "Bearer s3cret-value"]])
+    with pytest.raises(EnvelopeError) as info:
+        task_from_json(raw)
+    assert "s3cret-value" not in str(info.value)
+    assert "'request' must be dict, got a list" in str(info.value)
+
+
+def test_a_malformed_envelope_keeps_text_as_is_and_other_bytes_as_base64():
+    text = json.loads(malformed_envelope("m", "{broken \u00e9", "not JSON", "node-a"))
+    assert text["raw"] == "{broken \u00e9" and "raw_base64" not in text
+    raw = b"{\xff\xfe broken"
+    kept = json.loads(malformed_envelope("m", raw, "not UTF-8", "node-a"))
+    assert "raw" not in kept
+    assert base64.b64decode(kept["raw_base64"]) == raw
+    assert (kept["dead_kind"], kept["last_error"]["message"]) == ("malformed", "not UTF-8")
+    # UTF-8 bytes are text: kept as such.
+    assert json.loads(malformed_envelope("m", "é".encode(), "x", "n"))["raw"] == "é"
 
 
 def test_future_envelope_version_is_refused_with_upgrade_hint():

@@ -5,6 +5,7 @@ Every call gets an explicit ``now`` (ms), so no test waits for time to pass.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -16,8 +17,9 @@ from typing import Any
 import pytest
 import redis
 
+from scrapy_retryqueue.defaults import ENVELOPE_VERSION
 from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
-from scrapy_retryqueue.envelope import Task, task_from_json
+from scrapy_retryqueue.envelope import Task, malformed_envelope, task_from_json
 from scrapy_retryqueue.keys import Keys, all_keys
 from scrapy_retryqueue.queue import SCRIPT_NAMES, RedisDelayedQueue
 from scrapy_retryqueue.values import as_text
@@ -188,6 +190,142 @@ def test_claim_with_limit_zero_only_reports_counts(
 
     assert (claimed.tasks, claimed.due, claimed.leased, claimed.next_due) == ([], 2, 1, 200)
     assert snapshot(redis_client, queue.keys) == before
+
+
+# -- broken entries: one never harms another -------------------------------------
+
+#: An envelope that is not UTF-8 text (a byte 0xff where JSON text must be).
+NOT_UTF8 = b'{"v":1,"id":"bad","request":{"url":"https://example.com/\xff"}}'
+
+
+def test_claim_hands_out_every_good_task_beside_an_envelope_that_is_not_utf8(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    k = queue.keys
+    good = {task_id: make_task(task_id, due=due) for task_id, due in (("a", 0), ("b", 2), ("c", 3))}
+    for task in good.values():
+        assert queue.schedule(task, now=0)
+    redis_client.hset(k.tasks, "bad", NOT_UTF8)
+    redis_client.zadd(k.due, {"bad": 1})
+
+    claimed = queue.claim(now=10, limit=10, lease_until=10 + LEASE, token="tok")
+
+    # The good tasks as text, in due order; the bad one as the bytes it was stored as.
+    assert claimed.tasks == [
+        ("a", good["a"].to_json()),
+        ("bad", NOT_UTF8),
+        ("b", good["b"].to_json()),
+        ("c", good["c"].to_json()),
+    ]
+    assert (claimed.ghosts, claimed.ghosts_kept) == ([], [])
+    # All four are leased: the caller dead-letters the bad one under its lease.
+    assert {as_text(x) for x in redis_client.zrange(k.leased, 0, -1)} == {"a", "b", "c", "bad"}
+    envelope = malformed_envelope("bad", NOT_UTF8, "not UTF-8", "node-a")
+    assert queue.deadletter_raw("bad", envelope, "tok", now=20, kind="malformed", url="") is True
+    kept = json.loads(hget(redis_client, k.deadtasks, "bad") or "")
+    assert base64.b64decode(kept["raw_base64"]) == NOT_UTF8
+    assert (kept["dead_kind"], kept["id"]) == ("malformed", "bad")
+    assert where(redis_client, k, "bad") == {"dead", "deadtasks"}
+    for task_id in "abc":
+        assert queue.ack(task_id, "tok", now=30) is True
+
+
+def test_claim_dead_letters_a_ghost_and_reports_it(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    k = queue.keys
+    assert queue.schedule(make_task("a", due=0), now=0)
+    assert queue.schedule(make_task("b", due=2), now=0)
+    redis_client.zadd(k.due, {"ghost": 1})
+    redis_client.hset(k.reclaims, "ghost", 2)
+
+    claimed = queue.claim(now=50, limit=10, lease_until=50 + LEASE, token="tok")
+
+    assert [task_id for task_id, _ in claimed.tasks] == ["a", "b"]
+    assert (claimed.ghosts, claimed.ghosts_kept) == (["ghost"], [])
+    assert (claimed.due, claimed.leased) == (0, 2)
+    assert where(redis_client, k, "ghost") == {"dead", "deadtasks"}
+    assert redis_client.zscore(k.dead, "ghost") == 50
+    doc = json.loads(hget(redis_client, k.deadtasks, "ghost") or "")
+    assert doc["v"] == ENVELOPE_VERSION
+    assert (doc["id"], doc["kind"], doc["dead_kind"], doc["node"]) == (
+        "ghost", "malformed", "malformed", "node-a"
+    )  # fmt: skip
+    assert doc["last_error"]["type"] == "MissingEnvelope"
+    assert "without an envelope" in doc["last_error"]["message"]
+    assert (doc["created"], doc["due"]) == (50, 50)
+    dead_events = [e for e in events(redis_client, k) if e["type"] == "dead"]
+    assert dead_events == [
+        {
+            "type": "dead",
+            "id": "ghost",
+            "kind": "malformed",
+            "node": "node-a",
+            "ts": "50",
+            "url": "",
+        }
+    ]
+    # Only the good tasks are in the claim's event.
+    claimed_events = [e for e in events(redis_client, k) if e["type"] == "claimed"]
+    assert [e["ids"] for e in claimed_events] == ["a b"]
+
+
+def test_a_ghost_never_overwrites_a_dead_letter_of_its_id(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    k = queue.keys
+    assert queue.deadletter(make_task("x", dead_kind="not_found"), None, now=5)
+    before = hget(redis_client, k.deadtasks, "x")
+    redis_client.zadd(k.due, {"x": 1})
+
+    claimed = queue.claim(now=50, limit=10, lease_until=50 + LEASE, token="tok")
+
+    assert (claimed.tasks, claimed.ghosts, claimed.ghosts_kept) == ([], [], ["x"])
+    assert where(redis_client, k, "x") == {"dead", "deadtasks"}
+    assert hget(redis_client, k.deadtasks, "x") == before
+    assert redis_client.zscore(k.dead, "x") == 5
+    assert [e["type"] for e in events(redis_client, k)] == ["dead"]
+
+
+def test_reap_returns_a_leased_ghost_to_due_where_the_claim_reports_it(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    k = queue.keys
+    assert queue.schedule(make_task("g", due=0), now=0)
+    assert claim_ids(queue, now=0, limit=1, lease_until=100, token="t") == ["g"]
+    redis_client.hdel(k.tasks, "g")  # its envelope lost while it was leased
+    redis_client.hset(k.reclaims, "g", 1)
+
+    assert queue.reap(now=100, limit=10, max_reclaims=3) == ([], [])
+    assert where(redis_client, k, "g") == {"due"}
+    claimed = queue.claim(now=100, limit=10, lease_until=100 + LEASE, token="t2")
+    assert (claimed.tasks, claimed.ghosts) == ([], ["g"])
+    assert where(redis_client, k, "g") == {"dead", "deadtasks"}
+
+
+def test_a_task_id_that_is_not_utf8_round_trips_and_harms_no_other_task(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    k = queue.keys
+    raw_id = b"id-\xff"
+    assert queue.schedule(make_task("a", due=0), now=0)
+    redis_client.hset(k.tasks, raw_id, make_task("odd").to_json())
+    redis_client.zadd(k.due, {raw_id: 1})
+
+    claimed = queue.claim(now=10, limit=10, lease_until=10 + LEASE, token="tok")
+
+    ids = [task_id for task_id, _ in claimed.tasks]
+    assert ids[0] == "a" and len(ids) == 2
+    odd = ids[1]
+    assert odd.encode("utf-8", "surrogateescape") == raw_id
+    # Writes under that id reach the entry it was read from.
+    assert queue.renew({odd: "tok"}, lease_until=20 + LEASE) == []
+    assert redis_client.zscore(k.leased, raw_id) == 20 + LEASE
+    envelope = malformed_envelope(odd, "x", "odd id", "node-a")
+    assert queue.deadletter_raw(odd, envelope, "tok", now=20, kind="malformed", url="")
+    assert redis_client.zscore(k.dead, raw_id) == 20
+    assert redis_client.zscore(k.leased, raw_id) is None
+    assert queue.ack("a", "tok", now=30) is True
 
 
 def test_two_nodes_claiming_in_turn_never_share_a_task(

@@ -16,12 +16,20 @@
 -- ARGV[7] 1 to respect per-domain cooldowns (needs KEYS[6..7]), else 0 or absent
 -- ARGV[8] ms to wait before looking again at a task of a half-open domain
 --         whose probe is in flight
--- KEYS[8] dead      ZSET  task id -> time of death (ms)        (optional)
--- KEYS[9] deadtasks HASH  task id -> envelope of a dead letter (optional)
--- KEYS[10] reclaims HASH  task id -> reclaim count             (optional)
+-- KEYS[8] dead      ZSET  task id -> time of death (ms)
+-- KEYS[9] deadtasks HASH  task id -> envelope of a dead letter
+-- KEYS[10] reclaims HASH  task id -> reclaim count
 -- ARGV[9] longest wait (ms) of a task on cooldowns, counted from its creation;
 --         0 or absent: no limit. A task that would have to wait longer is
 --         dead-lettered with kind rate_limited instead of being moved.
+-- ARGV[10] envelope version, written in the dead letter of a ghost
+--
+-- A ghost is a due id without an envelope in tasks (written around these
+-- scripts, or its envelope lost: eviction, a partial restore). Nothing of it
+-- can be retried. It leaves due and becomes a dead letter of kind malformed
+-- (an envelope that says so, a 'dead' event) so that people see it; when its
+-- id already has a dead letter, that one is kept as it is and the ghost is
+-- only reported back.
 --
 -- With cooldowns (ARGV[7] = 1, and only while some domain cools down), the
 -- host of each candidate task is read from its envelope (request.url): a task
@@ -30,11 +38,14 @@
 -- domain is its single probe (its lease expiry is stored in probes) and the
 -- others wait ARGV[8] ms more, until the probe reopens the domain or fails.
 --
--- Returns {due count, leased count, next due time (ms) or -1, id1, envelope1,
+-- Returns {due count, leased count, next due time (ms) or -1, {ghost ids
+-- dead-lettered}, {ghost ids whose dead letter was kept}, id1, envelope1,
 -- id2, envelope2, ...}; counts and next due time are taken after the claim.
+-- Envelopes are returned as stored: the caller decodes each on its own, so
+-- one that is not UTF-8 text harms no other task of the batch.
 -- One 'claimed' event covers the whole batch: its 'ids' field lists the task
 -- ids, separated by spaces (an event per task cost a third of the throughput).
-local out = {0, 0, -1}
+local out = {0, 0, -1, {}, {}}
 local ids = {}
 if tonumber(ARGV[2]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
@@ -108,6 +119,7 @@ end
 if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
   local leases, owners = {}, {}
+  local ghosts, kept_dead = out[4], out[5]
   for i, id in ipairs(ids) do
     local envelope = envelopes[i]
     if envelope then
@@ -117,6 +129,23 @@ if #ids > 0 then
       owners[#owners + 1] = ARGV[4]
       out[#out + 1] = id
       out[#out + 1] = envelope
+    elseif redis.call('ZSCORE', KEYS[8], id) then
+      -- Never overwrite a real dead letter with the note of a ghost.
+      kept_dead[#kept_dead + 1] = id
+    else
+      local now = tonumber(ARGV[1])
+      local why = {kind = 'malformed', type = 'MissingEnvelope',
+        message = 'task id was in the due set without an envelope in the tasks hash'}
+      redis.call('HDEL', KEYS[10], id)
+      redis.call('ZADD', KEYS[8], ARGV[1], id)
+      redis.call('HSET', KEYS[9], id, cjson.encode({
+        v = tonumber(ARGV[10]), id = id, kind = 'malformed', dead_kind = 'malformed',
+        node = ARGV[5], created = now, updated = now, due = now,
+        first_error = why, last_error = why}))
+      redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*',
+        'type', 'dead', 'id', id, 'kind', 'malformed', 'node', ARGV[5], 'ts', ARGV[1],
+        'url', '')
+      ghosts[#ghosts + 1] = id
     end
   end
   if #leases > 0 then

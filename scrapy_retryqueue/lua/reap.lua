@@ -14,6 +14,9 @@
 -- ARGV[4] events stream max length (approximate)
 -- ARGV[5] node id of the reaper (recorded on its events)
 --
+-- A lease without an envelope (a ghost) goes back to due without an event or
+-- a count: the claim that finds it there reports it.
+--
 -- Returns {{reclaimed ids}, {poisoned ids}}.
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 local reclaimed, poisoned = {}, {}
@@ -41,6 +44,11 @@ for _, id in ipairs(ids) do
         'type', 'reclaimed', 'id', id, 'reclaims', count, 'node', ARGV[5], 'ts', ARGV[1])
       reclaimed[#reclaimed + 1] = id
     end
+  else
+    -- A leased id without an envelope (a ghost): back to due, where the next
+    -- claim reports it and keeps it as a malformed dead letter (claim.lua).
+    redis.call('HDEL', KEYS[5], id)
+    redis.call('ZADD', KEYS[1], ARGV[1], id)
   end
 end
 return {reclaimed, poisoned}

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from ..classify import FailureInfo
     from ..envelope import Task
+    from ..queue import Claimed
 
 __all__ = [
     "CONNECTION_ERRORS",
@@ -416,12 +417,32 @@ class RetryQueueRuntime:
                 self.config.max_reclaims,
             )
             reporter.dead_without_request(POISON_KIND, result.poisoned, reason)
+        # Ghosts (due ids without an envelope): claim.lua dead-lettered them.
+        self._report_ghosts(result.claimed)
         if result.lost:
             self.leases.lost(result.lost)
             reporter.count("retryqueue/lease_lost", len(result.lost))
         for task_id, _ in result.claimed.tasks:
             self.leases.hold(task_id, result.token)
         return result
+
+    def _report_ghosts(self, claimed: Claimed) -> None:
+        """Due ids the claim found without an envelope: one ERROR line, a stat, dead letters."""
+        ghosts, kept = claimed.ghosts, claimed.ghosts_kept
+        if not (ghosts or kept):
+            return
+        self.reporter.count("retryqueue/ghosts", len(ghosts) + len(kept))
+        shown = ", ".join(map(ascii, [*ghosts, *kept][:5]))
+        logger.error(
+            "scrapy-retryqueue: %d task id(s) in the due set had no envelope (%s%s); %s",
+            len(ghosts) + len(kept),
+            shown,
+            ", ..." if len(ghosts) + len(kept) > 5 else "",
+            f"{len(ghosts)} kept as malformed dead letter(s)"
+            + (f", {len(kept)} dropped (a dead letter of that id exists)" if kept else ""),
+        )
+        reason = "task id was in the due set without an envelope"
+        self.reporter.dead_without_request(MALFORMED_KIND, ghosts, reason)
 
     def _poll_failed(self, failure: Any) -> None:
         if failure.check(*CONNECTION_ERRORS):
@@ -440,11 +461,19 @@ class RetryQueueRuntime:
         self.reporter.count("retryqueue/reinjected")
         return request
 
-    def dead_letter_malformed(self, task_id: str, raw: str, token: str, error: Exception) -> None:
-        """A claimed task that cannot be read: kept as it is, for a person to look at."""
+    def dead_letter_malformed(
+        self, task_id: str, raw: str | bytes, token: str, error: Exception
+    ) -> None:
+        """A claimed task that cannot be read: kept as it is, for a person to look at.
+
+        *raw* is bytes when the stored envelope is not UTF-8 text (kept as base64).
+        """
         writes = self.writes
         assert writes.queue is not None
-        logger.error("scrapy-retryqueue: task %s is malformed (%s); dead-lettered", task_id, error)
+        # ascii(): an id that is not UTF-8 (read with surrogateescape) stays loggable.
+        logger.error(
+            "scrapy-retryqueue: task %s is malformed (%s); dead-lettered", ascii(task_id), error
+        )
         self.leases.drop(task_id)
         envelope = malformed_envelope(task_id, raw, str(error), self.config.node_id)
         write = Write(

@@ -147,6 +147,10 @@ class Planner:
         if ref is None and self.config.priority_adjust:
             # Adjusted once, when the task is created; the envelope keeps it.
             request_json["priority"] = request.priority + self.config.priority_adjust
+        if self.config.encryption is not None:
+            # RETRYQUEUE_ENCRYPTION_KEYS: headers, body and cookies stored as one
+            # token (encryption.py); the extension opens it when it re-injects.
+            request_json = self.config.encryption.seal(request_json)
         if decision.retry:
             attempts[decision.kind] = decision.attempt
             error["delay"] = round(decision.delay, 3)

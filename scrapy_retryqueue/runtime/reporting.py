@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import signals as rq_signals
 from ..audit import AuditLog
 from ..defaults import DEFERRED_KIND, EXPECTED_DEAD_KINDS, SCRAPY_META_GIVE_UP_LOG_LEVEL
+from ..redact import MASK
 from ..values import now_ms
 from .outcome import Outcome
 
@@ -203,9 +204,13 @@ class Reporter:
         entry = self.crawler.logformatter.spider_error(
             failure, response.request, response, self.spider
         )
+        args = dict(entry["args"])
+        if "referer" in self.config.secret_headers and args.get("referer") is not None:
+            # The one header Scrapy's wording shows; masked when named secret.
+            args["referer"] = MASK
         logging.getLogger("scrapy.core.scraper").warning(
             entry["msg"] + "; parked for a retry (parse) due in %(due_in).0fs",
-            {**entry["args"], "due_in": due_in},
+            {**args, "due_in": due_in},
             exc_info=(type(exception), exception, exception.__traceback__),
             extra={"spider": self.spider},
         )

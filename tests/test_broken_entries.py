@@ -1,0 +1,142 @@
+"""One broken entry in Redis never harms another: a real crawl among broken tasks.
+
+The queue-level cases (a claim beside an envelope that is not UTF-8, a ghost
+id, an id that is not UTF-8) are in tests/test_queue.py, on one server and on
+a cluster; here a crawl of the bundled flaky site meets them among its tasks
+and must fetch every good page and report each bad entry.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import sqlalchemy
+
+from scrapy_retryqueue.envelope import Task
+from scrapy_retryqueue.keys import all_keys, keys_for
+
+from .crawling import Site, crawl, flaky_site
+
+pytestmark = pytest.mark.e2e
+
+GOOD = 24
+#: Not UTF-8: the byte 0xff where JSON text must be.
+NOT_UTF8 = b'{"v":1,"id":"bad","request":{"url":"http://x/\xff"}}'
+SETTINGS: dict[str, Any] = {
+    "CONCURRENT_REQUESTS": 32,
+    "LOG_LEVEL": "INFO",
+    "TELNETCONSOLE_ENABLED": False,
+    "RETRYQUEUE_POLL_INTERVAL": 0.2,
+    "RETRYQUEUE_IDLE_TIMEOUT": 5,
+}
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    with flaky_site(pages=100) as running:
+        yield running
+
+
+@pytest.fixture
+def namespace(redis_url: str) -> Iterator[str]:
+    name = f"broken{uuid.uuid4().hex[:8]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*all_keys(keys_for(name)))
+    client.close()
+
+
+def stat(log: str, name: str) -> int | None:
+    """A stat from the crawl's closing dump, None when it was not counted."""
+    marker = f"'{name}': "
+    at = log.rfind(marker)
+    if at < 0:
+        return None
+    return int(log[at + len(marker) :].split(",", 1)[0].split("}", 1)[0])
+
+
+def test_a_crawl_among_broken_entries_fetches_every_good_page_and_reports_each(
+    site: Site, namespace: str, redis_url: str, tmp_path: Path
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = keys_for(namespace)
+    now = int(time.time() * 1000)
+    good = site.pages("ok")[:GOOD]
+    assert len(good) == GOOD
+    # Good tasks due now, as a crawl would have parked them; among them, in the
+    # same claim batch, an envelope that is not UTF-8 and an id without one.
+    for n, url in enumerate(good):
+        task = Task(
+            id=f"good-{n:02d}",
+            spider=namespace,
+            request={"url": url, "callback": "parse_page"},
+            attempts={"timeout": 1},
+            kind="timeout",
+            created=now,
+            updated=now,
+            due=now - 1000,
+        )
+        client.hset(keys.tasks, task.id, task.to_json())
+        client.zadd(keys.due, {task.id: task.due})
+    client.hset(keys.tasks, "bad-utf8", NOT_UTF8)
+    client.zadd(keys.due, {"bad-utf8": now - 1000})
+    client.zadd(keys.due, {"ghost-id": now - 1000})
+    store = tmp_path / "store.sqlite3"
+
+    done = crawl(
+        site.url,
+        namespace,
+        tmp_path,
+        {
+            **SETTINGS,
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{store}",
+        },
+        "-a",
+        "index=false",
+    )
+
+    assert done.returncode == 0, done.log[-3000:]
+    # Every good page fetched and parsed, once; nothing left behind.
+    assert sorted(item["url"] for item in done.items) == sorted(good)
+    assert "poll failed" not in done.log
+    assert stat(done.log, "retryqueue/dead/poison") is None
+    assert stat(done.log, "retryqueue/reinjected") == GOOD
+    assert stat(done.log, "retryqueue/recovered") == GOOD
+    # Both bad entries reported: a log line each, stats, dead letters of kind malformed.
+    assert "task 'bad-utf8' is malformed (envelope is not JSON: 'utf-8' codec" in done.log
+    assert "1 task id(s) in the due set had no envelope ('ghost-id')" in done.log
+    assert stat(done.log, "retryqueue/dead/malformed") == 2
+    assert stat(done.log, "retryqueue/ghosts") == 1
+    assert client.zcard(keys.due) == client.zcard(keys.leased) == 0
+
+    # The store writer kept both as dead letters (and took them out of Redis);
+    # the bad one keeps its bytes.
+    engine = sqlalchemy.create_engine(f"sqlite:///{store}")
+    with engine.connect() as conn:
+        rows = {
+            row.task_id: row
+            for row in conn.execute(
+                sqlalchemy.text(
+                    "SELECT task_id, status, kind, envelope FROM retryqueue_tasks "
+                    "WHERE spider = :spider AND status = 'dead'"
+                ),
+                {"spider": namespace},
+            )
+        }
+    engine.dispose()
+    assert set(rows) == {"bad-utf8", "ghost-id"}
+    assert {row.kind for row in rows.values()} == {"malformed"}
+    bad = json.loads(rows["bad-utf8"].envelope)
+    assert base64.b64decode(bad["raw_base64"]) == NOT_UTF8
+    ghost = json.loads(rows["ghost-id"].envelope)
+    assert ghost["last_error"]["type"] == "MissingEnvelope"
+    client.close()
