@@ -9,7 +9,6 @@ touching this file.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Iterator
@@ -18,12 +17,11 @@ from urllib.parse import quote
 
 import pytest
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
-from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from starlette.routing import Mount
 
 from scrapy_retryqueue.dashboard.app import CSRF_COOKIE, create_app
+
+from .dashboardroutes import every_operation
 
 TOKEN = "s3cret-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -74,56 +72,6 @@ def client(app: FastAPI) -> Iterator[TestClient]:
     # A 500 must come back as an answer to assert on, not as the server's exception.
     with TestClient(app, base_url=BASE, raise_server_exceptions=False) as test_client:
         yield test_client
-
-
-def every_operation(app: FastAPI) -> list[dict[str, Any]]:
-    """(method, path, query / path parameter names, body kind and its fields) of every
-    route of *app*: the OpenAPI schema of all its API routes, hidden ones included,
-    plus its other routes (the schema itself, static files)."""
-    routes = []
-    for route in app.routes:
-        if isinstance(route, APIRoute):
-            shown = copy.copy(route)
-            shown.include_in_schema = True
-            routes.append(shown)
-    schema = get_openapi(title="walk", version="0", routes=routes)
-    components = schema.get("components", {}).get("schemas", {})
-
-    def resolve(node: dict[str, Any]) -> dict[str, Any]:
-        ref = node.get("$ref")
-        return components[ref.rsplit("/", 1)[1]] if ref else node
-
-    operations = []
-    for path, methods in schema["paths"].items():
-        for method, op in methods.items():
-            body_kind, fields = None, []
-            for kind, content in (op.get("requestBody") or {}).get("content", {}).items():
-                body_kind = kind
-                fields = list(resolve(content["schema"]).get("properties", {}))
-            operations.append(
-                {
-                    "method": method.upper(),
-                    "path": path,
-                    "query": [p["name"] for p in op.get("parameters", []) if p["in"] == "query"],
-                    "path_params": [
-                        p["name"] for p in op.get("parameters", []) if p["in"] == "path"
-                    ],
-                    "body": body_kind,
-                    "fields": fields,
-                }
-            )
-    for route in app.routes:
-        if isinstance(route, Mount):
-            operations.append(
-                {"method": "GET", "path": route.path + "/{path}", "query": [],
-                 "path_params": ["path"], "body": None, "fields": []}
-            )  # fmt: skip
-        elif not isinstance(route, APIRoute):
-            operations.append(
-                {"method": "GET", "path": route.path, "query": [], "path_params": [],
-                 "body": None, "fields": []}
-            )  # fmt: skip
-    return operations
 
 
 def fill_path(path: str, names: list[str], hostile: dict[str, str] | None = None) -> str:

@@ -408,7 +408,10 @@ def recover_seconds(dialect: str) -> ColumnElement[Any]:
     """SQL for a recovered task's time to recover: first failure to success, in seconds."""
     c = tasks_table.c
     if dialect == "sqlite":
-        return (func.julianday(c.finished_at) - func.julianday(c.created_at)) * 86400.0
+        # julianday() is a float of days: round to the millisecond the times are kept in,
+        # so 5 s is 5.0 and not 5.0000000001 (the histogram's bounds are inclusive).
+        days = func.julianday(c.finished_at) - func.julianday(c.created_at)
+        return func.round(days * 86400.0, 3)
     return func.extract("epoch", c.finished_at - c.created_at)
 
 
