@@ -108,28 +108,35 @@
       t.textContent = text;
       svg.append(t);
     };
-    const x = (i) => L + (n <= 1 ? 0 : (i * (W - L - R)) / (n - 1));
+    // Bucket i spans [x(i), x(i + 1)]: each count is drawn as a flat step of its bucket's
+    // width, so a burst within one bucket reads as a bar, not a hairline spike.
+    const x = (i) => L + (i * (W - L - R)) / Math.max(1, n);
     const y = (v) => H - B - (v / max) * (H - B - 4);
     // Y axis: 0, the middle and the top, with faint grid lines.
     for (const v of max >= 2 ? [0, max / 2, max] : [0, max]) {
-      line(L, y(v), W - R, y(v), v ? "#eef0f3" : "#d9dde3");
+      line(L, y(v), x(n), y(v), v ? "#eef0f3" : "#d9dde3");
       label(L - 4, y(v) + 4, Number.isInteger(v) ? fmt(v) : v.toFixed(1), "end");
     }
-    // X axis: a label every few buckets, about one per 110 pixels, on round times.
+    // X axis: at least three time labels (start, middle, end), more as the width allows,
+    // each with room for its text (a time with seconds is wider).
     const opts = step < 60
       ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
       : { hour: "2-digit", minute: "2-digit" };
-    const ticks = Math.max(2, Math.min(n, Math.floor((W - L - R) / 110)));
-    const every = Math.max(1, Math.ceil((n - 1) / (ticks - 1)));
-    for (let i = 0; i < n; i += every) {
+    const room = step < 60 ? 130 : 100;
+    const ticks = Math.max(3, Math.min(n + 1, Math.floor((W - L - R) / room) + 1));
+    const marks = [...new Set(Array.from({ length: ticks }, (_, k) => Math.round((k * n) / (ticks - 1))))];
+    for (const i of marks) {
       const at = new Date(chart.start + i * step * 1000);
       line(x(i), H - B, x(i), H - B + 4, "#d9dde3");
-      const anchor = i === 0 ? "start" : x(i) > W - R - 30 ? "end" : "middle";
+      const anchor = i === 0 ? "start" : i === n ? "end" : "middle";
       label(x(i), H - 4, at.toLocaleTimeString([], opts), anchor, "tick");
     }
     for (const name of ["scheduled", "recovered", "dead"]) {
       const p = document.createElementNS(SVG, "polyline");
-      p.setAttribute("points", series[name].map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" "));
+      const points = series[name].flatMap((v, i) => [x(i), y(v), x(i + 1), y(v)]);
+      const pairs = [];
+      for (let k = 0; k < points.length; k += 2) pairs.push(points[k].toFixed(1) + "," + points[k + 1].toFixed(1));
+      p.setAttribute("points", pairs.join(" "));
       p.setAttribute("fill", "none");
       p.setAttribute("stroke", COLORS[name]);
       p.setAttribute("stroke-width", "2");
