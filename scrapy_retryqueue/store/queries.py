@@ -490,25 +490,29 @@ class Outcomes:
 
 
 def outcomes(conn: Connection) -> Outcomes:
+    """The store's outcome counts, in one pass over the table."""
     c = tasks_table.c
     out = Outcomes()
     first_kind = func.coalesce(c.first_error_kind, c.kind, "")
-    for spider, kind, n, requeues in conn.execute(
-        select(c.spider, first_kind, func.count(), func.coalesce(func.sum(c.requeues), 0)).group_by(
-            c.spider, first_kind
-        )
-    ):
-        out.scheduled[(spider, kind or "")] = int(n) + int(requeues)
-    for spider, kind, status, n, requeues in conn.execute(
+    for spider, kind, first, status, n, requeues in conn.execute(
         select(
-            c.spider, c.kind, c.status, func.count(), func.coalesce(func.sum(c.requeues), 0)
-        ).group_by(c.spider, c.kind, c.status)
+            c.spider,
+            c.kind,
+            first_kind,
+            c.status,
+            func.count(),
+            func.coalesce(func.sum(c.requeues), 0),
+        ).group_by(c.spider, c.kind, first_kind, c.status)
     ):
-        key = (spider, kind or "")
-        out.by_status[(spider, kind or "", status)] = int(n)
+        n, requeues, kind = int(n), int(requeues), kind or ""
+        key = (spider, kind)
+        by_status = (spider, kind, status)
+        out.by_status[by_status] = out.by_status.get(by_status, 0) + n
+        entered = (spider, first or "")
+        out.scheduled[entered] = out.scheduled.get(entered, 0) + n + requeues
         if status == "succeeded":
-            out.recovered[key] = out.recovered.get(key, 0) + int(n)
-        dead = (int(n) if status == "dead" else 0) + int(requeues)
+            out.recovered[key] = out.recovered.get(key, 0) + n
+        dead = (n if status == "dead" else 0) + requeues
         if dead:
             out.dead_lettered[key] = out.dead_lettered.get(key, 0) + dead
     return out
