@@ -1,4 +1,4 @@
-"""Reading the store for people: filters, counts, matching rows, export rows, status counts.
+"""Reading the store for people: filters, counts, matching rows, export rows, status and recovery figures.
 
 Used by ``scrapy deadletters``, ``scrapy retryqueue status`` and the dashboard;
 no Scrapy here. The changes people make are :mod:`.actions`.
