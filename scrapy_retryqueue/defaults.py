@@ -382,5 +382,22 @@ DASHBOARD_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_DASHBOARD_REFRESH": 5.0,
     #: Rows per page of the tasks table (at most 500).
     "RETRYQUEUE_DASHBOARD_PAGE_SIZE": 50,
+    #: Host names (Host header) the dashboard answers under besides the loopback
+    #: names and the address it listens on: a page of another site that points
+    #: its own name at this machine (DNS rebinding) is refused. ".example.com"
+    #: matches every subdomain; "*" turns the check off.
+    "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS": [],
+    #: Seconds a sign-in lasts (12 hours); after it the token is asked again.
+    "RETRYQUEUE_DASHBOARD_SESSION_TTL": 43200.0,
 }
 SETTINGS.update(DASHBOARD_SETTINGS)
+#: Wrong dashboard tokens a client may send before it is made to wait.
+DASHBOARD_FREE_WRONG_TOKENS = 3
+#: Its first wait (seconds); each further wrong token doubles it, up to the maximum.
+DASHBOARD_WRONG_TOKEN_WAIT = 1.0
+DASHBOARD_WRONG_TOKEN_MAX_WAIT = 60.0
+#: Seconds without a wrong token after which a client's count starts again.
+DASHBOARD_WRONG_TOKEN_FORGET = 900.0
+#: Clients whose wrong tokens are remembered, and sign-ins kept, at most (oldest go first).
+DASHBOARD_MAX_CLIENTS = 10_000
+DASHBOARD_MAX_SESSIONS = 10_000

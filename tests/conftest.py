@@ -253,15 +253,23 @@ def database_url(
 
 
 @pytest.fixture
+def dashboard_database_url(new_pg_database: Callable[[], str]) -> str:
+    """The store ``dashboard_data`` fills: a PostgreSQL database of its own. A module
+    overrides it with ``database_url`` to run its dashboard tests on every backend."""
+    return new_pg_database()
+
+
+@pytest.fixture
 def dashboard_data(
     redis_client: redis.Redis,
     redis_url: str,
     spider_name: str,
-    new_pg_database: Callable[[], str],
+    dashboard_database_url: str,
 ) -> dict[str, Any]:
-    """A fresh PostgreSQL store and one spider's queue holding a task in each state,
-    written to the store by the real writer. Returns the settings of a dashboard
-    over them, the spider and task ids by name (``ids``) and their row ids (``rows``).
+    """A fresh store (``dashboard_database_url``) and one spider's queue holding a task
+    in each state, written to the store by the real writer. Returns the settings of a
+    dashboard over them, the spider and task ids by name (``ids``) and their row ids
+    (``rows``).
 
     w1, w2 waiting (due in an hour); w3 leased by node-b; s1 recovered; d1, d2 dead.
     d1's URL and error hold HTML, to check that nothing is rendered unescaped.
@@ -271,7 +279,7 @@ def dashboard_data(
     from scrapy_retryqueue.store.db import Store
     from scrapy_retryqueue.store.sync import EventSync
 
-    url = new_pg_database()
+    url = dashboard_database_url
     store = Store(url)
     store.ensure_schema()
     now = int(time.time() * 1000)

@@ -117,6 +117,13 @@ def test_browse_filter_and_retry_a_task_in_chromium(
                 expect(page.locator("#t-dead")).to_have_text("6")
                 expect(page.locator("#chart polyline[data-series=scheduled]")).to_have_count(1)
                 expect(page.locator("#by-kind tbody tr").first).not_to_have_text("nothing yet")
+                # The crawl's activity fits in a minute or two: the chart's buckets follow
+                # it (seconds, not one-minute buckets), with several time labels.
+                assert "per second" in page.locator("#chart-title").inner_text()
+                assert page.locator("#chart text.tick").count() >= 5
+                # By kind: recovery rate and times to recover.
+                expect(page.locator("#by-kind thead th")).to_have_count(7)
+                assert page.locator("#by-kind tbody tr").first.locator("td").count() == 7
                 loads = int(page.locator("#overview").get_attribute("data-loaded") or 0)
                 # The page refreshes itself (every RETRYQUEUE_DASHBOARD_REFRESH seconds).
                 expect(page.locator("#overview")).not_to_have_attribute(
@@ -126,6 +133,8 @@ def test_browse_filter_and_retry_a_task_in_chromium(
                 narrow = browser.new_page(viewport={"width": 420, "height": 900})
                 narrow.goto(f"{base}/?spider={spider_name}")
                 expect(narrow.locator("#t-pending")).to_have_text("16")
+                expect(narrow.locator("#chart polyline[data-series=scheduled]")).to_have_count(1)
+                assert narrow.locator("#chart text.tick").count() >= 3
                 # Nothing sticks out of a narrow window but the scrolled tables.
                 width = narrow.evaluate("document.documentElement.scrollWidth")
                 assert width <= 420, width

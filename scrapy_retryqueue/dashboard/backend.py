@@ -22,15 +22,26 @@ import redis
 from sqlalchemy import and_, func, select
 
 from .. import view
+from ..config import secret_headers_setting
 from ..exceptions import ConfigError, RetryQueueError
+from ..redact import mask_envelope, mask_request
 from ..sources import Sources
 from ..status import collect, local_midnight
 from ..store import actions
 from ..store.db import Store, StoreError
 from ..store.models import tasks_table
-from ..store.queries import FilterError, Filters, count
+from ..store.queries import (
+    FilterError,
+    Filters,
+    check_id,
+    check_text,
+    count,
+    is_number,
+    recovery_times,
+    row_id,
+    shown,
+)
 from ..store.sync import EventSync
-from ..values import now_ms
 from .settings import MAX_PAGE_SIZE
 
 ACTIONS = actions.ACTIONS
@@ -75,9 +86,22 @@ SORTABLE = (
 )
 #: Filter names of the query string / JSON API (the export command's, plus q).
 FILTER_NAMES = ("spider", "status", "kind", "domain", "http_status", "node", "since", "until", "id")
-WINDOWS = {"hour": (3600, 60), "day": (86400, 600)}
+#: How far back the chart looks (seconds), and how many buckets it has at most.
+WINDOWS = {"hour": (3600, 60), "day": (86400, 144)}
+#: Bucket sizes (seconds) the chart picks from: the smallest that fits the span of
+#: the activity in the window in its buckets, so a burst of one minute is not one spike.
+CHART_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+#: The chart shows at least this span (seconds), even if the activity is shorter.
+CHART_MIN_SPAN = 60
 #: Events read from one spider's stream for the chart, at most.
 CHART_MAX_EVENTS = 200_000
+#: Recovered tasks (the newest) whose time to recover the "By kind" figures use, at most.
+RECOVERY_SAMPLE = 20_000
+#: Values all the filters of one request may hold together, at most: each is a
+#: parameter of the SQL query, and SQLite takes about 32,000.
+MAX_FILTER_VALUES = 10_000
+#: Spiders the overview may be asked for at once.
+MAX_OVERVIEW_SPIDERS = 200
 #: Newest events scanned for one task's timeline, at most.
 TIMELINE_SCAN = 20_000
 
@@ -95,7 +119,13 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _ms_iso(ms: int | None) -> str | None:
-    return _iso(datetime.fromtimestamp(ms / 1000, UTC)) if ms is not None else None
+    """An ISO time from ms since the epoch; None for None or a time no date can hold."""
+    if ms is None:
+        return None
+    try:
+        return _iso(datetime.fromtimestamp(ms / 1000, UTC))
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _plain_filter_message(message: str) -> str:
@@ -115,6 +145,12 @@ def parse_filters(
         if isinstance(raw, (str, int)):
             raw = [str(raw)]
         return [str(v) for v in raw if str(v).strip()]
+
+    given = sum(len(v.split(",")) for name in (*FILTER_NAMES, "q") for v in values(name))
+    if given > MAX_FILTER_VALUES:
+        raise DashboardError(
+            f"the filters hold {given} values; at most {MAX_FILTER_VALUES} in one request"
+        )
 
     def one(name: str) -> str | None:
         got = values(name)
@@ -137,7 +173,10 @@ def parse_filters(
     q = (one("q") or "").strip()
     if len(q) > 2000:
         raise DashboardError(f"q is {len(q)} characters long; at most 2000")
-    filters.url_contains = q
+    try:
+        filters.url_contains = check_text("q", q)
+    except FilterError as exc:
+        raise DashboardError(str(exc)) from None
     return filters
 
 
@@ -151,8 +190,14 @@ def _row(row: Any) -> dict[str, Any]:
 class Backend:
     """Opens the store and Redis on first use (never at construction) and keeps them."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, *, secret_headers: frozenset[str] | None = None) -> None:
         self.settings = settings
+        #: Header names whose values no answer shows (RETRYQUEUE_SECRET_HEADERS).
+        self.secret_headers = (
+            secret_headers
+            if secret_headers is not None
+            else secret_headers_setting(settings if settings is not None else {})
+        )
         self._sources: Sources | None = None
         self._lock = threading.Lock()
 
@@ -192,18 +237,27 @@ class Backend:
     def overview(self, window: str = "hour", spiders: Sequence[str] = ()) -> dict[str, Any]:
         """Totals, breakdowns and the chart, of every spider or of *spiders*."""
         if window not in WINDOWS:
-            raise DashboardError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
+            raise DashboardError(f"window must be one of {', '.join(WINDOWS)}, got {shown(window)}")
+        if len(spiders) > MAX_OVERVIEW_SPIDERS:
+            raise DashboardError(
+                f"spider names {len(spiders)} spiders; at most {MAX_OVERVIEW_SPIDERS} at once"
+            )
+        try:
+            spiders = [check_text("spider", name.strip()) for name in spiders]
+        except FilterError as exc:
+            raise DashboardError(str(exc)) from None
         status = collect(self.redis, self.store, spiders, top=10)
         client, db, notes = status.client, status.history, status.notes
         failures_today = None
         recovered_by_kind: dict[str, int] = {}
+        recovery: dict[str, list[float]] = {}
         if db is not None:
             try:
-                failures_today, recovered_by_kind = self._today(spiders)
+                failures_today, recovered_by_kind, recovery = self._history(spiders)
             except RetryQueueError as exc:
                 notes.append(str(exc))
         per_spider: dict[str, Any] = {}
-        by_kind: dict[str, dict[str, int]] = {}
+        by_kind: dict[str, dict[str, Any]] = {}
         domains: dict[str, dict[str, int]] = {}
         nodes: Counter[str] = Counter()
         cooling: list[dict[str, Any]] = []
@@ -239,11 +293,17 @@ class Backend:
                 nodes.update(view.lease_holders(client, spider))
         for kind, n in recovered_by_kind.items():
             by_kind.setdefault(kind, {"pending": 0, "dead": 0})["recovered"] = n
-        for slot in by_kind.values():
+        for kind, slot in by_kind.items():
             slot.setdefault("recovered", 0)
+            finished = slot["recovered"] + slot["dead"]
+            slot["recovery_rate"] = slot["recovered"] / finished if finished else None
+            times = recovery.get(kind, [])
+            slot["recover_median_s"] = percentile(times, 0.5)
+            slot["recover_p90_s"] = percentile(times, 0.9)
         recovered, dead = totals["succeeded"], totals["dead"]
         rate = recovered / (recovered + dead) if recovered + dead else None
         top_domains = sorted(domains.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))[:10]
+        order = {"pending": 0, "dead": 0, "recovered": 0}
         return {
             "generated_at": datetime.fromtimestamp(status.now_ms / 1000, UTC).isoformat(),
             "totals": {
@@ -256,7 +316,7 @@ class Backend:
                 "success_rate": rate,
             },
             "spiders": per_spider,
-            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -sum(kv[1].values()))),
+            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -sum(kv[1][k] for k in order))),
             "top_domains": [{"domain": d, **n} for d, n in top_domains],
             "nodes": [{"node": n, "leased": c} for n, c in sorted(nodes.items())],
             "cooling": sorted(cooling, key=lambda c: c["until"]),
@@ -264,8 +324,11 @@ class Backend:
             "notes": notes,
         }
 
-    def _today(self, spiders: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """Failures first seen today, and recovered tasks by kind."""
+    def _history(
+        self, spiders: Sequence[str]
+    ) -> tuple[int, dict[str, int], dict[str, list[float]]]:
+        """Failures first seen today, recovered tasks by kind, and the times to recover
+        (seconds, sorted) of the newest RECOVERY_SAMPLE recovered tasks, by kind."""
         c = tasks_table.c
         where = c.created_at >= local_midnight()
         done = c.status == "succeeded"
@@ -284,32 +347,46 @@ class Backend:
                     select(func.count()).select_from(tasks_table).where(where)
                 ).scalar_one()
             )
-        return failures_today, recovered_by_kind
+            times = recovery_times(conn, spiders, limit=RECOVERY_SAMPLE)
+        return failures_today, recovered_by_kind, times
 
     def chart(
         self, client: Any, spiders: Sequence[str], window: str, now_ms: int
     ) -> dict[str, Any]:
-        """Scheduled, recovered and dead per bucket over *window*, from the events streams."""
-        span, step = WINDOWS[window]
-        step_ms = step * 1000
-        start = (now_ms - span * 1000) // step_ms * step_ms + step_ms
-        buckets = (now_ms - start) // step_ms + 1
-        series = {name: [0] * buckets for name in ("scheduled", "recovered", "dead")}
+        """Scheduled, recovered and dead per bucket, from the events streams.
+
+        The chart looks back over *window*; it spans the activity found there (at
+        least CHART_MIN_SPAN) in buckets of the smallest of CHART_STEPS that fits it
+        in the window's number of buckets; no activity: the whole window.
+        """
+        span, most = WINDOWS[window]
+        since = now_ms - span * 1000
         names = {"scheduled": "scheduled", "succeeded": "recovered", "dead": "dead"}
         truncated = False
+        seen: list[tuple[int, str]] = []
         if client is not None:
             for spider in spiders:
-                events, cut = view.event_types_since(client, spider, start, limit=CHART_MAX_EVENTS)
+                events, cut = view.event_types_since(client, spider, since, limit=CHART_MAX_EVENTS)
                 truncated |= cut
-                for ms, type_ in events:
-                    name = names.get(type_)
-                    index = (ms - start) // step_ms
-                    if name is not None and 0 <= index < buckets:
-                        series[name][index] += 1
+                seen += [(ms, names[t]) for ms, t in events if t in names and ms >= since]
+        shown_s = span
+        if seen:
+            first = min(ms for ms, _ in seen)
+            shown_s = min(span, max(CHART_MIN_SPAN, -(-(now_ms - first) // 1000)))
+        step = next((s for s in CHART_STEPS if shown_s / s <= most), span // most)
+        step_ms = step * 1000
+        start = (now_ms - shown_s * 1000) // step_ms * step_ms
+        buckets = (now_ms - start) // step_ms + 1
+        series = {name: [0] * buckets for name in ("scheduled", "recovered", "dead")}
+        for ms, name in seen:
+            index = (ms - start) // step_ms
+            if 0 <= index < buckets:
+                series[name][index] += 1
         return {
             "window": window,
             "start": start,
             "step_seconds": step,
+            "span_seconds": shown_s,
             "series": series,
             "truncated": truncated,
         }
@@ -326,9 +403,9 @@ class Backend:
         per_page: int = 50,
     ) -> dict[str, Any]:
         if sort not in SORTABLE:
-            raise DashboardError(f"sort must be one of {', '.join(SORTABLE)}, got {sort!r}")
+            raise DashboardError(f"sort must be one of {', '.join(SORTABLE)}, got {shown(sort)}")
         if order not in ("asc", "desc"):
-            raise DashboardError(f"order must be asc or desc, got {order!r}")
+            raise DashboardError(f"order must be asc or desc, got {shown(order)}")
         if page < 1 or not 1 <= per_page <= MAX_PAGE_SIZE:
             raise DashboardError(f"page must be >= 1 and per_page 1-{MAX_PAGE_SIZE}")
         c = tasks_table.c
@@ -365,20 +442,25 @@ class Backend:
     def task(self, ident: str) -> dict[str, Any]:
         """One task by row id or task id: the row, live state, request and timeline."""
         c = tasks_table.c
-        where = c.id == int(ident) if ident.isdigit() and len(ident) < 19 else c.task_id == ident
+        try:
+            check_id("id", ident)
+        except FilterError as exc:
+            raise DashboardError(str(exc)) from None
+        number = row_id(ident)
+        where = c.id == number if number is not None else c.task_id == ident
         store = self.store()
         with store.connect() as conn:
             row = conn.execute(select(tasks_table).where(where).order_by(c.id).limit(1)).first()
         if row is None:
-            raise DashboardError(f"no task {ident!r}", 404)
+            raise DashboardError(f"no task {shown(ident)}", 404)
         task = _row(row)
-        envelope = task.get("envelope") or {}
-        if isinstance(envelope, str):
-            try:
-                envelope = json.loads(envelope)
-            except ValueError:
-                envelope = {"raw": envelope}
-        request = envelope.get("request") if isinstance(envelope.get("request"), dict) else {}
+        envelope = _envelope(task.get("envelope"))
+        # What people see of the request: secret header values (and cookies) masked.
+        envelope = mask_envelope(envelope, self.secret_headers)
+        task["envelope"] = envelope
+        request = mask_request(envelope.get("request"), self.secret_headers)
+        if not isinstance(request, Mapping):
+            request = {}
         live: dict[str, Any] = {"available": False}
         events: list[dict[str, Any]] = []
         client = None
@@ -432,9 +514,10 @@ class Backend:
                 "node": fields.get("node") or None,
                 "manual": fields.get("manual") or None,
             }
-            if fields.get("type") == "scheduled" and fields.get("due") and fields.get("ts"):
-                event["delay_s"] = round((int(fields["due"]) - int(fields["ts"])) / 1000, 3)
-                event["due_at"] = _ms_iso(int(fields["due"]))
+            due, ts = fields.get("due") or "", fields.get("ts") or ""
+            if fields.get("type") == "scheduled" and is_number(due, 18) and is_number(ts, 18):
+                event["delay_s"] = round((int(due) - int(ts)) / 1000, 3)
+                event["due_at"] = _ms_iso(int(due))
             out.append(event)
         return out
 
@@ -469,7 +552,9 @@ class Backend:
 
     def action_filters(self, action: str, filters: Filters) -> Filters:
         if action not in ACTIONS:
-            raise DashboardError(f"unknown action {action!r}; known: {', '.join(ACTIONS)}", 404)
+            raise DashboardError(
+                f"unknown action {shown(action)}; known: {', '.join(ACTIONS)}", 404
+            )
         return actions.applicable(action, filters)
 
     def count_for(self, action: str, filters: Filters) -> int:
@@ -536,64 +621,29 @@ class Backend:
                 # The change is in Redis; the next writer run stores it.
                 continue
 
-    # -- metrics -------------------------------------------------------------------
 
-    def metrics(self) -> str:
-        """Queue depth by state and tasks by kind and outcome, Prometheus text format."""
-        lines = [
-            "# HELP retryqueue_queue_tasks Tasks in the Redis queue by state.",
-            "# TYPE retryqueue_queue_tasks gauge",
-        ]
-        now = now_ms()
-        up_redis = up_store = 0
-        client = None
+def _envelope(stored: Any) -> dict[str, Any]:
+    """The stored envelope as a dict; one that cannot be read says so, without its text
+    (it may hold a secret header that cannot be masked in a text nobody can parse)."""
+    envelope = stored if stored is not None else {}
+    if isinstance(envelope, str):
         try:
-            client = self.redis()
-            up_redis = int(client is not None)
-        except DashboardError:
-            pass
-        if client is not None:
-            try:
-                for spider in sorted(view.spiders(client)):
-                    live = view.counts(client, spider, now)
-                    for state, n in (
-                        ("due", live.due),
-                        ("due_now", live.due_now),
-                        ("leased", live.leased),
-                        ("dead", live.dead_in_redis),
-                    ):
-                        lines.append(
-                            f'retryqueue_queue_tasks{{spider="{_label(spider)}",state="{state}"}} {n}'
-                        )
-            except redis.RedisError:
-                up_redis = 0
-        lines += [
-            "# HELP retryqueue_tasks Tasks in the store by kind and outcome (status).",
-            "# TYPE retryqueue_tasks gauge",
-        ]
-        try:
-            store = self.store()
-            c = tasks_table.c
-            with store.connect() as conn:
-                for spider, kind, status, n in conn.execute(
-                    select(c.spider, c.kind, c.status, func.count()).group_by(
-                        c.spider, c.kind, c.status
-                    )
-                ):
-                    lines.append(
-                        f'retryqueue_tasks{{spider="{_label(spider)}",kind="{_label(kind or "")}",'
-                        f'status="{_label(status)}"}} {int(n)}'
-                    )
-            up_store = 1
-        except (DashboardError, StoreError):
-            pass
-        lines += [
-            "# HELP retryqueue_up Whether the dashboard reaches each backend.",
-            "# TYPE retryqueue_up gauge",
-            f'retryqueue_up{{backend="redis"}} {up_redis}',
-            f'retryqueue_up{{backend="store"}} {up_store}',
-        ]
-        return "\n".join(lines) + "\n"
+            envelope = json.loads(envelope)
+        except ValueError:
+            return {"unreadable": f"not JSON ({len(stored)} characters)"}
+    if not isinstance(envelope, Mapping):
+        return {"unreadable": f"a JSON {type(envelope).__name__}, not an object"}
+    return dict(envelope)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The *q* quantile (0-1) of sorted *values*, interpolated between ranks; None if empty."""
+    if not values:
+        return None
+    rank = q * (len(values) - 1)
+    low = int(rank)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (rank - low)
 
 
 def _timeline(envelope: Mapping[str, Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -604,14 +654,10 @@ def _timeline(envelope: Mapping[str, Any], events: list[dict[str, Any]]) -> list
         ("first failure", first, envelope.get("created")),
         ("last failure", last if last != first else None, envelope.get("updated")),
     ):
-        if isinstance(error, dict) and isinstance(ms, int) and ms > 0:
-            at = _iso(datetime.fromtimestamp(ms / 1000, UTC)) or ""
+        at = _ms_iso(ms) if isinstance(ms, int) and ms > 0 else None
+        if isinstance(error, dict) and at:
             items.append((at, 0, {"type": which, "at": at, "error": error}))
     for event in events:
         items.append((event["at"] or "", 1, event))
     items.sort(key=lambda item: (item[0], item[1]))
     return [item for _, _, item in items]
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .. import defaults
+from ..config import secret_headers_setting
 from ..exceptions import ConfigError
 
 #: Most rows one page of the tasks table shows.
 MAX_PAGE_SIZE = 500
+#: An entry of RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS: a name (".name" for its
+#: subdomains too), an IPv4 address, or an IPv6 one (with or without brackets).
+_HOST_ENTRY = re.compile(r"\.?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[?[0-9a-f:.]+\]?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +27,14 @@ class DashboardConfig:
     #: Seconds between refreshes of the overview.
     refresh: float
     page_size: int
+    #: RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS, lower-case, without a trailing dot.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Seconds a sign-in lasts.
+    session_ttl: float = defaults.SETTINGS["RETRYQUEUE_DASHBOARD_SESSION_TTL"]
+    #: RETRYQUEUE_SECRET_HEADERS: header values no page or API answer shows.
+    secret_headers: frozenset[str] = frozenset(
+        name.lower() for name in defaults.SETTINGS["RETRYQUEUE_SECRET_HEADERS"]
+    )
 
     @property
     def writable(self) -> bool:
@@ -76,7 +89,50 @@ def load_dashboard_config(settings: Any, **overrides: Any) -> DashboardConfig:
         raise ConfigError(
             f"RETRYQUEUE_DASHBOARD_PAGE_SIZE must be 1-{MAX_PAGE_SIZE}, got {values['page_size']!r}"
         )
-    return DashboardConfig(str(values["host"]), port, token or None, refresh, page_size)
+    return DashboardConfig(
+        str(values["host"]),
+        port,
+        token or None,
+        refresh,
+        page_size,
+        allowed_hosts=_allowed_hosts(_get(settings, "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS")),
+        session_ttl=_session_ttl(_get(settings, "RETRYQUEUE_DASHBOARD_SESSION_TTL")),
+        secret_headers=secret_headers_setting(settings if settings is not None else {}),
+    )
+
+
+def _allowed_hosts(value: Any) -> tuple[str, ...]:
+    name = "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS"
+    if isinstance(value, str):  # -s on the command line: comma-separated
+        value = value.split(",")
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(
+        isinstance(v, str) for v in value
+    ):
+        raise ConfigError(f"{name} must be a list of host names, got {value!r}")
+    hosts = []
+    for entry in value:
+        host = entry.strip().lower().rstrip(".")
+        if not host:
+            continue
+        if host != "*" and not _HOST_ENTRY.fullmatch(host):
+            raise ConfigError(
+                f"{name} entries must be host names or addresses (no scheme, port or path), "
+                f"got {entry!r}"
+            )
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _session_ttl(value: Any) -> float:
+    try:
+        ttl = float(value)
+    except (TypeError, ValueError):
+        ttl = -1.0
+    if not 60 <= ttl <= 366 * 86400:
+        raise ConfigError(
+            f"RETRYQUEUE_DASHBOARD_SESSION_TTL must be 60 seconds to 366 days, got {value!r}"
+        )
+    return ttl
 
 
 def is_loopback(host: str) -> bool:

@@ -57,18 +57,38 @@
   const SVG = "http://www.w3.org/2000/svg";
   const COLORS = { scheduled: "#d97706", recovered: "#16a34a", dead: "#dc2626" };
 
+  // 3164.9 -> "52 min 45 s" (as the pages' duration filter).
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return "–";
+    let left = Math.round(Number(seconds));
+    if (left < 60) return left + " s";
+    const parts = [];
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]]) {
+      if (left >= size) { parts.push(Math.floor(left / size) + " " + unit); left %= size; }
+    }
+    return parts.slice(0, 2).join(" ");
+  }
+
+  function percent(rate) {
+    return rate === null || rate === undefined ? "–" : (100 * rate).toFixed(1) + " %";
+  }
+
   function drawChart(chart) {
     const box = document.getElementById("chart");
     if (!box) return;
     const title = document.getElementById("chart-title");
-    const per = chart.step_seconds === 60 ? "minute" : chart.step_seconds / 60 + " minutes";
-    title.textContent = "Scheduled, recovered and dead per " + per + " (last " + chart.window + ")";
+    const step = chart.step_seconds;
+    const per = step === 1 ? "second" : step === 60 ? "minute" : duration(step);
+    title.textContent = "Scheduled, recovered and dead per " + per + " (" +
+      (chart.span_seconds < (chart.window === "day" ? 86400 : 3600)
+        ? "the last " + duration(chart.span_seconds) + " of activity"
+        : "last " + chart.window) + ")";
     const series = chart.series;
     const n = series.scheduled.length;
     const max = Math.max(1, ...series.scheduled, ...series.recovered, ...series.dead);
     // One SVG unit per CSS pixel: labels keep their shape in a narrow window.
     const W = Math.max(200, box.clientWidth || 1000), H = Math.max(120, box.clientHeight || 200);
-    const L = 40, B = 20;
+    const L = 40, B = 20, R = 8;
     const svg = document.createElementNS(SVG, "svg");
     svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     svg.setAttribute("role", "img");
@@ -79,30 +99,48 @@
       l.setAttribute("stroke", color); l.setAttribute("stroke-width", "1");
       svg.append(l);
     };
-    const label = (x, y, text, anchor) => {
+    const label = (x, y, text, anchor, cls) => {
       const t = document.createElementNS(SVG, "text");
       t.setAttribute("x", x); t.setAttribute("y", y);
       t.setAttribute("font-size", "11"); t.setAttribute("fill", "#667085");
       t.setAttribute("text-anchor", anchor || "start");
+      if (cls) t.setAttribute("class", cls);
       t.textContent = text;
       svg.append(t);
     };
-    line(L, H - B, W - 2, H - B, "#d9dde3");
-    line(L, 4, W - 2, 4, "#eef0f3");
-    label(L - 4, 14, fmt(max), "end");
-    label(L - 4, H - B, "0", "end");
-    const t0 = new Date(chart.start), t1 = new Date(chart.start + (n - 1) * chart.step_seconds * 1000);
-    const opts = { hour: "2-digit", minute: "2-digit" };
-    label(L, H - 4, t0.toLocaleTimeString([], opts));
-    label(W - 2, H - 4, t1.toLocaleTimeString([], opts), "end");
-    const x = (i) => L + (n <= 1 ? 0 : (i * (W - L - 2)) / (n - 1));
+    // Bucket i spans [x(i), x(i + 1)]: each count is drawn as a flat step of its bucket's
+    // width, so a burst within one bucket reads as a bar, not a hairline spike.
+    const x = (i) => L + (i * (W - L - R)) / Math.max(1, n);
     const y = (v) => H - B - (v / max) * (H - B - 4);
+    // Y axis: 0, the middle and the top, with faint grid lines.
+    for (const v of max >= 2 ? [0, max / 2, max] : [0, max]) {
+      line(L, y(v), x(n), y(v), v ? "#eef0f3" : "#d9dde3");
+      label(L - 4, y(v) + 4, Number.isInteger(v) ? fmt(v) : v.toFixed(1), "end");
+    }
+    // X axis: at least three time labels (start, middle, end), more as the width allows,
+    // each with room for its text (a time with seconds is wider).
+    const opts = step < 60
+      ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
+      : { hour: "2-digit", minute: "2-digit" };
+    const room = step < 60 ? 130 : 100;
+    const ticks = Math.max(3, Math.min(n + 1, Math.floor((W - L - R) / room) + 1));
+    const marks = [...new Set(Array.from({ length: ticks }, (_, k) => Math.round((k * n) / (ticks - 1))))];
+    for (const i of marks) {
+      const at = new Date(chart.start + i * step * 1000);
+      line(x(i), H - B, x(i), H - B + 4, "#d9dde3");
+      const anchor = i === 0 ? "start" : i === n ? "end" : "middle";
+      label(x(i), H - 4, at.toLocaleTimeString([], opts), anchor, "tick");
+    }
     for (const name of ["scheduled", "recovered", "dead"]) {
       const p = document.createElementNS(SVG, "polyline");
-      p.setAttribute("points", series[name].map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" "));
+      const points = series[name].flatMap((v, i) => [x(i), y(v), x(i + 1), y(v)]);
+      const pairs = [];
+      for (let k = 0; k < points.length; k += 2) pairs.push(points[k].toFixed(1) + "," + points[k + 1].toFixed(1));
+      p.setAttribute("points", pairs.join(" "));
       p.setAttribute("fill", "none");
       p.setAttribute("stroke", COLORS[name]);
       p.setAttribute("stroke-width", "2");
+      p.setAttribute("stroke-linejoin", "round");
       p.setAttribute("vector-effect", "non-scaling-stroke");
       p.setAttribute("data-series", name);
       svg.append(p);
@@ -115,14 +153,14 @@
     for (const name of ["pending", "due_now", "leased", "failures_today", "dead"]) {
       document.getElementById("t-" + name).textContent = fmt(t[name]);
     }
-    document.getElementById("t-success_rate").textContent =
-      t.success_rate === null ? "–" : (100 * t.success_rate).toFixed(1) + " %";
+    document.getElementById("t-success_rate").textContent = percent(t.success_rate);
     document.getElementById("t-rate-detail").textContent =
       fmt(t.recovered) + " recovered / " + fmt(t.recovered + t.dead) + " finished";
     const notes = document.getElementById("notes");
     notes.replaceChildren(...data.notes.map((n) => el("li", n)));
     drawChart(data.chart);
-    fillTable("by-kind", Object.entries(data.by_kind), ([k, v]) => [k, fmt(v.pending), fmt(v.recovered), fmt(v.dead)]);
+    fillTable("by-kind", Object.entries(data.by_kind), ([k, v]) => [k, fmt(v.pending), fmt(v.recovered),
+      fmt(v.dead), percent(v.recovery_rate), duration(v.recover_median_s), duration(v.recover_p90_s)]);
     fillTable("by-domain", data.top_domains, (d) => [d.domain, fmt(d.pending), fmt(d.dead)]);
     fillTable("by-node", data.nodes, (d) => [d.node, fmt(d.leased)]);
     fillTable("by-cooling", data.cooling || [], (c) =>
