@@ -71,6 +71,12 @@ def own_policy_fields(settings: Any) -> dict[str, frozenset[str]]:
     }
 
 
+def _ascii_digits(value: Any) -> bool:
+    """0-9 only: ``str.isdigit()`` alone accepts "²", which ``int()`` refuses."""
+    text = str(value)
+    return text.isascii() and text.isdigit()
+
+
 def _user_keys(settings: Any, name: str) -> set[Any]:
     value = settings.get(name)
     return set(value) if isinstance(value, Mapping) else set()
@@ -92,7 +98,7 @@ def read_scrapy_retry(settings: Any) -> ScrapyRetry:
 
     if project_set(settings, "RETRY_TIMES"):
         times = settings.get("RETRY_TIMES")
-        if isinstance(times, bool) or not isinstance(times, (int, str)) or not str(times).isdigit():
+        if isinstance(times, bool) or not isinstance(times, (int, str)) or not _ascii_digits(times):
             raise ConfigError(f"RETRY_TIMES must be a whole number >= 0, got {times!r}")
         result.retry_times = int(times)
         for kind in DOWNLOAD_KINDS:
@@ -138,7 +144,7 @@ def _map_http_codes(settings: Any, result: ScrapyRetry) -> None:
         raise ConfigError(
             f"RETRY_HTTP_CODES must be a list of HTTP statuses, got {settings.get('RETRY_HTTP_CODES')!r}"
         ) from None
-    own = {int(s) for s in _user_keys(settings, "RETRYQUEUE_STATUS_KINDS") if str(s).isdigit()}
+    own = {int(s) for s in _user_keys(settings, "RETRYQUEUE_STATUS_KINDS") if _ascii_digits(s)}
     retried = {
         status
         for status, kind in defaults.STATUS_KINDS.items()

@@ -441,3 +441,30 @@ def test_meta_and_cb_kwargs_read_as_text(
     assert json.loads(client.get(f"/api/tasks/{row}").text)["request"]["meta"]["note"] == (
         "<b>café</b> ünïcode & more"
     )
+
+
+def test_an_encrypted_request_shows_as_encrypted(
+    client: TestClient, dashboard_data: dict[str, Any], redis_client: Any
+) -> None:
+    from scrapy_retryqueue.encryption import RequestCipher, generate_key
+    from scrapy_retryqueue.envelope import Task
+    from scrapy_retryqueue.queue import RedisDelayedQueue
+    from scrapy_retryqueue.store.sync import EventSync
+
+    spider, now = dashboard_data["spider"], dashboard_data["now"]
+    sealed = RequestCipher([generate_key()]).seal(
+        {"url": "https://shop.example/e", "headers": [["Authorization", "Bearer hunter2"]]}
+    )
+    error = {"kind": "not_found", "type": "HttpStatus", "message": "HTTP 404", "status": 404}
+    task = Task(id=f"{spider}-e1", spider=spider, request=sealed, attempts={}, kind="not_found",
+                first_error=error, last_error=error, node="node-a", created=now, updated=now,
+                due=now, dead_kind="not_found")  # fmt: skip
+    RedisDelayedQueue(redis_client, spider, node_id="node-a").deadletter(task, None, now=now)
+    store = Store(dashboard_data["database_url"])
+    EventSync(store, redis_client, spider, consumer="fixture").drain()
+    store.close()
+    page = client.get(f"/tasks/{spider}-e1")
+    assert page.status_code == 200
+    assert "(encrypted)" in page.text and "hunter2" not in page.text
+    api = client.get(f"/api/tasks/{spider}-e1")
+    assert api.status_code == 200 and "hunter2" not in api.text

@@ -339,3 +339,11 @@ def test_notices_are_logged_once_as_warnings_at_start(tmp_path: Path, caplog: An
     assert [r.levelno for r in caplog.records if "RETRY_ENABLED" in r.getMessage()] == [
         logging.WARNING
     ]
+
+
+@pytest.mark.parametrize("value", ["²", "-1", "1.5"])
+def test_retry_times_that_only_looks_like_a_number_is_refused(value: str) -> None:
+    from scrapy_retryqueue.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="RETRY_TIMES must be a whole number >= 0"):
+        _config(RETRY_TIMES=value)

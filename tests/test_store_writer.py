@@ -461,3 +461,12 @@ def test_a_drain_that_fails_midway_leaves_everything_for_the_next_one(
     sync.drain()  # no waiting for a stale-entry claim: its own pending entries first
     assert len(rows(store, queue.keys.spider)) == 30
     assert sync.stream.pending_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("3", 3), (" -2 ", -2), ("²", None), ("x", None), (True, None), (7, 7)]
+)
+def test_a_number_read_from_an_envelope_never_raises(value: object, expected: object) -> None:
+    from scrapy_retryqueue.store.writer import _int
+
+    assert _int(value) == expected

@@ -474,7 +474,7 @@ class Backend:
             "request": {
                 "url": request.get("url") or task.get("url"),
                 "method": request.get("method") or task.get("method") or "GET",
-                "headers": request.get("headers") or [],
+                "headers": _header_rows(request.get("headers")),
                 "meta": request.get("meta") or {},
                 "cb_kwargs": request.get("cb_kwargs") or {},
                 "callback": request.get("callback"),
@@ -661,3 +661,17 @@ def _timeline(envelope: Mapping[str, Any], events: list[dict[str, Any]]) -> list
         items.append((event["at"] or "", 1, event))
     items.sort(key=lambda item: (item[0], item[1]))
     return [item for _, _, item in items]
+
+
+def _header_rows(headers: Any) -> list[list[str]]:
+    """A stored request's headers as (name, value) rows; headers sealed by
+    RETRYQUEUE_ENCRYPTION_KEYS (one string, not pairs) as a single row saying so."""
+    if isinstance(headers, str):
+        return [["(all headers)", headers]]
+    if not isinstance(headers, list):
+        return []
+    return [
+        [str(pair[0]), str(pair[1])]
+        for pair in headers
+        if isinstance(pair, (list, tuple)) and len(pair) == 2
+    ]

@@ -185,8 +185,12 @@ def _int(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str):
+        # Not isdigit(): it accepts "²", which int() refuses; an envelope is input.
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
     return None
 
 
