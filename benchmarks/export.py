@@ -78,7 +78,7 @@ def fill(store: Store, start: int, stop: int) -> None:
 def export(url: str, fmt: str, out: Path) -> tuple[float, int, int]:
     """Wall seconds, peak RSS (KiB) of the command, and the file size."""
     command = [sys.executable, "-m", "scrapy.cmdline", "deadletters", "export",
-               "--format", fmt, "-o", str(out), "-s", f"RETRYQUEUE_DATABASE_URL={url}"]  # fmt: skip
+               "--format", fmt, "-O", str(out), "-s", f"RETRYQUEUE_DATABASE_URL={url}"]  # fmt: skip
     started = time.perf_counter()
     child = subprocess.Popen(
         command, cwd=out.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

@@ -116,7 +116,7 @@ def stored_dead_letters(spider: str, since_ms: int) -> list[str]:
     return [
         f"store:              {stored} dead letters of this run, in {store.safe_url}",
         "export them:        cd example_project && "
-        f"scrapy deadletters export --spider {spider} -o dead.csv",
+        f"scrapy deadletters export --spider {spider} -O dead.csv",
         f"queue status:       cd example_project && scrapy retryqueue status --spider {spider}",
     ]
 

@@ -45,6 +45,9 @@ class Config:
     redis_url: str | None
     #: The setting *redis_url* came from, for error lines.
     redis_url_setting: str
+    #: scrapy-redis's REDIS_PARAMS, REDIS_DB and REDIS_ENCODING, the ones set: how
+    #: a configured Redis is talked to (connection.client_for).
+    redis_client_settings: Mapping[str, Any]
     start_without_redis: bool
     fleet_wait: float
     wait_log_interval: float
@@ -253,16 +256,11 @@ def _exception_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[type, str
 
 
 def redis_url_from_settings(settings: Any) -> str | None:
-    """RETRYQUEUE_REDIS_URL, else scrapy-redis's REDIS_URL / REDIS_HOST + REDIS_PORT.
+    """RETRYQUEUE_REDIS_URL, else the server scrapy-redis's settings name.
 
     None when none is set: the caller then uses the embedded server.
     """
-    url = settings.get("RETRYQUEUE_REDIS_URL") or settings.get("REDIS_URL")
-    name = "RETRYQUEUE_REDIS_URL" if settings.get("RETRYQUEUE_REDIS_URL") else "REDIS_URL"
-    if not url and (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
-        host = settings.get("REDIS_HOST") or defaults.SCRAPY_REDIS_HOST
-        port = settings.get("REDIS_PORT") or defaults.SCRAPY_REDIS_PORT
-        url, name = f"redis://{host}:{port}", "REDIS_HOST/REDIS_PORT"
+    url, name = _redis_address(settings)
     if not url:
         return None
     try:
@@ -274,6 +272,72 @@ def redis_url_from_settings(settings: Any) -> str | None:
             f"{name} must be a redis://, rediss:// or unix:// URL, got {redact_url(str(url))!r}"
         )
     return url
+
+
+def _redis_address(settings: Any) -> tuple[Any, str]:
+    """The Redis URL the settings name and the setting it came from (url None: none).
+
+    After RETRYQUEUE_REDIS_URL, the order is scrapy-redis's
+    (scrapy_redis.connection.get_redis_from_settings): REDIS_URL, then a
+    ``url`` in REDIS_PARAMS, then REDIS_HOST / REDIS_PORT, each over the
+    ``host`` / ``port`` of REDIS_PARAMS. Nothing set means the embedded server
+    here, where scrapy-redis would use localhost:6379.
+    """
+    if settings.get("RETRYQUEUE_REDIS_URL"):
+        return settings.get("RETRYQUEUE_REDIS_URL"), "RETRYQUEUE_REDIS_URL"
+    if settings.get("REDIS_URL"):
+        return settings.get("REDIS_URL"), "REDIS_URL"
+    params = scrapy_redis_params(settings)
+    if params.get("url"):
+        return params["url"], "REDIS_PARAMS['url']"
+    host = settings.get("REDIS_HOST") or params.get("host")
+    port = settings.get("REDIS_PORT") or params.get("port")
+    if host or port:
+        host = host or defaults.SCRAPY_REDIS_HOST
+        port = port or defaults.SCRAPY_REDIS_PORT
+        return f"redis://{host}:{port}", "REDIS_HOST/REDIS_PORT"
+    return None, "RETRYQUEUE_EMBEDDED_DIR"
+
+
+def scrapy_redis_params(settings: Any) -> dict[str, Any]:
+    """REDIS_PARAMS (scrapy-redis: keyword arguments of the redis-py client) as a dict.
+
+    The message of a bad value shows its type only: it may hold a password.
+    """
+    name = "REDIS_PARAMS"
+    value = settings.get(name)
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(
+                f"{name} must be a dict of redis-py client arguments (or its JSON text); "
+                "the text given is not valid JSON"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{name} must be a dict of redis-py client arguments, got a {type(value).__name__}"
+        )
+    return dict(value)
+
+
+def scrapy_redis_client_settings(settings: Any) -> dict[str, Any]:
+    """How scrapy-redis connects, beside where: REDIS_PARAMS, REDIS_DB, REDIS_ENCODING.
+
+    Only the ones set; :func:`scrapy_retryqueue.connection.client_for` hands
+    them to scrapy-redis's own connection helper.
+    """
+    found: dict[str, Any] = {}
+    params = scrapy_redis_params(settings)
+    if params:
+        found["REDIS_PARAMS"] = params
+    for name in ("REDIS_DB", "REDIS_ENCODING"):
+        value = settings.get(name)
+        if value not in (None, ""):
+            found[name] = value
+    return found
 
 
 def secret_headers_setting(settings: Any) -> frozenset[str]:
@@ -300,13 +364,7 @@ def encryption_setting(settings: Any) -> RequestCipher | None:
 
 def redis_url_setting_name(settings: Any) -> str:
     """Which setting names the Redis the crawl uses (see :func:`redis_url_from_settings`)."""
-    if settings.get("RETRYQUEUE_REDIS_URL"):
-        return "RETRYQUEUE_REDIS_URL"
-    if settings.get("REDIS_URL"):
-        return "REDIS_URL"
-    if settings.get("REDIS_HOST") or settings.get("REDIS_PORT"):
-        return "REDIS_HOST/REDIS_PORT"
-    return "RETRYQUEUE_EMBEDDED_DIR"
+    return _redis_address(settings)[1]
 
 
 def redact_url(url: str) -> str:
@@ -389,6 +447,7 @@ def load_config(settings: Any) -> Config:
         enabled=bool_setting(settings, "RETRYQUEUE_ENABLED"),
         redis_url=redis_url_from_settings(settings),
         redis_url_setting=redis_url_setting_name(settings),
+        redis_client_settings=scrapy_redis_client_settings(settings),
         start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
         fleet_wait=float(number_setting(settings, "RETRYQUEUE_FLEET_WAIT")),
         secret_headers=secret_headers_setting(settings),

@@ -77,9 +77,7 @@ class Sources:
                 url = self.config.redis_url
                 if url is None and not start_embedded and not embedded.is_running(self.directory):
                     return None
-                client, url = client_for(
-                    url, embedded_directory=self.directory, cluster=self.config.redis_cluster
-                )
+                client, url = client_for(self.config, embedded_directory=self.directory)
                 try:
                     client.ping()
                 except (redis.RedisError, OSError) as exc:

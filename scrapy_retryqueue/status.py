@@ -40,6 +40,9 @@ class Status:
     notes: list[str] = field(default_factory=list)
     #: The time (ms) "due now" counts against.
     now_ms: int = 0
+    #: The spiders asked for that have nothing in Redis or in the store, in the
+    #: order asked (a spider never crawled, or a wrong name).
+    missing: list[str] = field(default_factory=list)
 
 
 def local_midnight() -> datetime:
@@ -82,5 +85,6 @@ def collect(
     if spiders:
         names = {name for name in spiders if name in names or view.has_keys(client, name)}
     found = sorted(names)
+    missing = [name for name in dict.fromkeys(spiders) if name not in names]
     live = {} if client is None else {name: view.counts(client, name, now) for name in found}
-    return Status(found, client, live, history, notes, now)
+    return Status(found, client, live, history, notes, now, missing)

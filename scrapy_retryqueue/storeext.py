@@ -155,11 +155,7 @@ class RetryQueueStoreExtension:
 
         if self.client is None:
             directory = embedded_dir(self.config.embedded_dir)
-            self.client, _ = client_for(
-                self.config.redis_url,
-                embedded_directory=directory,
-                cluster=self.config.redis_cluster,
-            )
+            self.client, _ = client_for(self.config, embedded_directory=directory)
         if self.store is None:
             self.store = Store(self.database_url)
         self.store.ensure_schema(create=self.store_config.create_schema)

@@ -136,7 +136,7 @@ def test_export_csv_to_a_file_streams_every_dead_letter_with_formulas_made_inert
     pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
 ) -> None:
     target = tmp_path / "dead.csv"
-    done = run(tmp_path, settings, "deadletters", "export", "-o", str(target))
+    done = run(tmp_path, settings, "deadletters", "export", "-O", str(target))
     assert done.code == 0, done.err
     assert done.err.strip() == f"exported 5 task(s) to {target} (csv)"
     assert not list(tmp_path.glob("*.part"))
@@ -220,7 +220,7 @@ def test_export_json_is_one_array_and_limit_caps_it(
         settings,
         "deadletters",
         "export",
-        "-o",
+        "-O",
         str(target),
         "--spider",
         spider,
@@ -488,9 +488,13 @@ def test_sync_writes_the_events_waiting_in_redis_and_status_shows_both_sides(
 def test_status_of_an_unknown_spider_and_of_nothing_reachable(
     settings: dict[str, str], tmp_path: Path
 ) -> None:
+    # Outside a project no spider is known: a name with nothing recorded is an error.
     unknown = run(tmp_path, settings, "retryqueue", "status", "--spider", "nobody-here")
     assert unknown.code == 1
-    assert unknown.err == "error: no spider found named nobody-here\n"
+    assert unknown.err == (
+        "error: nothing is recorded for spider 'nobody-here' in the queue or the store (run "
+        "the command in the project to tell a spider never crawled from a wrong name)\n"
+    )
     nothing = scrapy(
         "retryqueue", "status", cwd=tmp_path,
         settings={"RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:9/0", "RETRYQUEUE_DATABASE_URL": "postgresql://postgres@127.0.0.1:9/x"},
@@ -543,3 +547,264 @@ def test_the_progress_line_shows_on_a_terminal_only() -> None:
     quiet.advance(4)
     quiet.finish()
     assert pipe.getvalue() == ""
+
+
+# -- export: -o appends, -O overwrites (Scrapy's feed export habit) -----------------------
+
+
+def export_args(pg: dict[str, Any], *args: str) -> list[str]:
+    """``deadletters export`` of this test's two spiders only."""
+    return ["deadletters", "export", "--spider", ",".join(pg["spiders"].values()), *args]
+
+
+def test_big_o_overwrites_a_file_and_leaves_no_part_file(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    target = tmp_path / "dead.jsonl"
+    target.write_text('{"old": "export"}\n' * 50)
+    done = run(tmp_path, settings, *export_args(pg, "-O", str(target)))
+    assert done.code == 0, done.err
+    assert done.err.strip() == f"exported 5 task(s) to {target} (jsonl)"
+    rows = [json.loads(line) for line in target.read_text().splitlines()]
+    assert exported_keys(pg, rows) == {"r1", "r2", "r3", "r6", "malformed"}
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_small_o_appends_csv_rows_without_a_second_header(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    target = tmp_path / "dead.csv"
+    first = run(tmp_path, settings, *export_args(pg, "-o", str(target), "--kind", "not_found"))
+    assert first.code == 0, first.err
+    assert first.err.strip() == f"appended 1 task(s) to {target} (csv)"
+    second = run(tmp_path, settings, *export_args(pg, "-o", str(target), "--kind", "forbidden"))
+    assert second.code == 0, second.err
+    text = target.read_text(encoding="utf-8")
+    assert text.count("task_id,") == 1  # one header
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert exported_keys(pg, rows) == {"r1", "r6"}
+    assert [r["kind"] for r in rows] == ["not_found", "forbidden"]  # in the order written
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_small_o_appends_jsonl_lines_even_after_a_last_line_without_newline(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    target = tmp_path / "dead.jsonl"
+    target.write_text('{"earlier": 1}')  # no newline at the end
+    done = run(tmp_path, settings, *export_args(pg, "-o", str(target), "--kind", "not_found"))
+    assert done.code == 0, done.err
+    again = run(tmp_path, settings, *export_args(pg, "-o", str(target), "--kind", "timeout"))
+    assert again.code == 0, again.err
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert lines[0] == {"earlier": 1}
+    assert [line["task_id"] for line in lines[1:]] == [pg["ids"]["r1"], pg["ids"]["r3"]]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("dead.json", [], "-o appends, and a json file"),
+        ("dead.txt", ["--format", "json"], "-o appends, and a json file"),
+        ("other.csv", [], "does not start with this export's csv header"),
+    ],
+)
+def test_small_o_refuses_what_cannot_be_appended_to_and_leaves_the_file_alone(
+    pg: dict[str, Any],
+    settings: dict[str, str],
+    tmp_path: Path,
+    name: str,
+    args: list[str],
+    message: str,
+) -> None:
+    target = tmp_path / name
+    before = '[{"kept": true}]\n' if "json" in name or "--format" in args else "a,b\n1,2\n"
+    target.write_text(before)
+    done = run(tmp_path, settings, *export_args(pg, "-o", str(target), *args))
+    assert done.code == 2
+    assert done.err.startswith("error: ") and done.err.count("\n") == 1
+    assert message in done.err
+    assert "-O" in done.err  # says what to do instead
+    assert target.read_text() == before
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_small_o_and_big_o_do_not_go_together(settings: dict[str, str], tmp_path: Path) -> None:
+    done = run(tmp_path, settings, "deadletters", "export", "-o", "a.csv", "-O", "b.csv")
+    assert done.code == 2
+    assert "not allowed with argument -o/--output" in done.err
+    assert done.err.count("\n") == 1
+
+
+# -- export: secret headers masked unless asked for -------------------------------------
+
+
+@pytest.fixture
+def secret_row(pg: dict[str, Any]) -> str:
+    """A dead letter whose stored request carries credentials; returns its task id."""
+    spider = pg["spiders"]["alpha"]
+    task_id = "secret" + uuid4().hex[:6]
+    request = {
+        "url": "https://shop.example/account",
+        "headers": [
+            ["Authorization", "Bearer tok-123"],
+            ["cookie", "session=abc"],
+            ["X-Api-Key", "key-456"],
+            ["Accept", "text/html"],
+        ],
+        "cookies": {"session": "abc"},
+    }
+    error = {"kind": "forbidden", "type": "HttpError", "message": "403", "status": 403}
+    envelope = Task(
+        id=task_id, spider=spider, request=request, kind="forbidden", attempts={"forbidden": 1},
+        first_error=error, last_error=error, dead_kind="forbidden",
+    ).to_json()  # fmt: skip
+    fields = {"type": "dead", "id": task_id, "kind": "forbidden", "ts": str(ms("2024-01-07T10:00"))}
+    with pg["store"].begin() as conn:
+        batch = build_batch(
+            [Event("101-0", spider, fields)], {(spider, "dead", task_id): json.loads(envelope)}
+        )
+        apply_batch(conn, batch)
+    return task_id
+
+
+def exported_request(out: str, task_id: str, fmt: str) -> dict[str, Any]:
+    if fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(out, newline="")))
+        envelope = json.loads(next(r for r in rows if r["task_id"] == task_id)["envelope"])
+    else:
+        rows = [json.loads(line) for line in out.splitlines()]
+        envelope = next(r for r in rows if r["task_id"] == task_id)["envelope"]
+    request: dict[str, Any] = envelope["request"]
+    return request
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_export_masks_secret_headers_unless_include_secrets_is_given(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path, secret_row: str, fmt: str
+) -> None:
+    args = export_args(pg, "--format", fmt, "--kind", "forbidden")
+    masked = run(tmp_path, settings, *args)
+    assert masked.code == 0, masked.err
+    request = exported_request(masked.out, secret_row, fmt)
+    assert request["headers"] == [
+        ["Authorization", "***"],
+        ["cookie", "***"],
+        ["X-Api-Key", "key-456"],  # not in RETRYQUEUE_SECRET_HEADERS
+        ["Accept", "text/html"],
+    ]
+    assert request["cookies"] == {"session": "***"}
+    assert "tok-123" not in masked.out and "session=abc" not in masked.out
+    # The other rows are exported as they are.
+    assert exported_request(masked.out, pg["ids"]["r6"], fmt)["url"] == "https://shop.example/d"
+
+    target = tmp_path / f"with-secrets.{fmt}"
+    included = run(tmp_path, settings, *args, "--include-secrets", "-O", str(target))
+    assert included.code == 0, included.err
+    assert "secret header values included" in included.err
+    request = exported_request(target.read_text(encoding="utf-8"), secret_row, fmt)
+    assert request["headers"][0] == ["Authorization", "Bearer tok-123"]
+    assert request["cookies"] == {"session": "abc"}
+
+
+def test_export_masks_the_headers_the_setting_names(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path, secret_row: str
+) -> None:
+    own = {**settings, "RETRYQUEUE_SECRET_HEADERS": "X-Api-Key"}
+    done = run(tmp_path, own, *export_args(pg, "--format", "json", "--kind", "forbidden"))
+    assert done.code == 0, done.err
+    rows = json.loads(done.out)
+    request = next(r for r in rows if r["task_id"] == secret_row)["envelope"]["request"]
+    assert request["headers"][:3] == [
+        ["Authorization", "Bearer tok-123"],
+        ["cookie", "session=abc"],
+        ["X-Api-Key", "***"],
+    ]
+    assert request["cookies"] == {"session": "abc"}  # Cookie is not a secret here
+
+
+def test_masking_decodes_only_envelopes_that_may_hold_a_secret() -> None:
+    from scrapy_retryqueue.store.export import masked_envelope
+
+    secret = frozenset({"authorization", "cookie"})
+    plain = '{"request": {"url": "https://a/", "headers": [["Accept", "x"]]}}'
+    assert masked_envelope(plain, secret) is plain  # returned untouched, not re-encoded
+    assert masked_envelope("{oops", secret) == "{oops"  # not JSON: as stored
+    assert masked_envelope(None, secret) is None
+    holding = '{"request": {"headers": [["AUTHORIZATION", "Basic eA=="]]}, "id": "t"}'
+    assert json.loads(masked_envelope(holding, secret) or "") == {
+        "request": {"headers": [["AUTHORIZATION", "***"]]},
+        "id": "t",
+    }
+    assert masked_envelope(holding, frozenset()) is holding
+
+
+# -- purge: the confirmation prompt ------------------------------------------------------
+
+
+def run_on_a_terminal(
+    tmp_path: Path, settings: dict[str, str], args: list[str], keys: bytes
+) -> Result:
+    """Run scrapy with stdin on a pseudo-terminal, typing *keys* once the prompt shows."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from .waiting import wait_for
+
+    command = [sys.executable, "-m", "scrapy.cmdline", *args]
+    for name, value in settings.items():
+        command += ["-s", f"{name}={value}"]
+    leader, follower = pty.openpty()
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "w") as err:
+        process = subprocess.Popen(
+            command, cwd=tmp_path, stdin=follower, stdout=subprocess.PIPE, stderr=err, text=True
+        )
+        os.close(follower)
+        try:
+            wait_for(lambda: "[y/N]" in err_path.read_text(), "the prompt", timeout=60)
+            os.write(leader, keys)
+            out, _ = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            os.close(leader)
+    return Result(process.returncode, out, err_path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("keys", "line"),
+    [
+        (b"\x04", "aborted: no answer (end of input): nothing changed"),  # Ctrl-D
+        (b"n\n", "aborted: not confirmed: nothing changed"),
+        (b"\n", "aborted: not confirmed: nothing changed"),
+    ],
+)
+def test_purge_aborts_cleanly_at_the_prompt(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path, keys: bytes, line: str
+) -> None:
+    alpha = pg["spiders"]["alpha"]
+    args = ["deadletters", "purge", "--spider", alpha, "--kind", "not_found"]
+    done = run_on_a_terminal(tmp_path, settings, args, keys)
+    assert done.code == 5, done.err
+    assert done.err.endswith(f"{line}\n"), done.err
+    assert "Traceback" not in done.err and "EOFError" not in done.err
+    assert status_of(pg, "r1")["status"] == "dead"  # nothing deleted
+
+
+def test_purge_deletes_once_confirmed_at_the_prompt(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    alpha = pg["spiders"]["alpha"]
+    args = ["deadletters", "purge", "--spider", alpha, "--kind", "not_found"]
+    done = run_on_a_terminal(tmp_path, settings, args, b"y\n")
+    assert done.code == 0, done.err
+    assert "Delete 1 dead letter(s) (status=dead spider=" in done.err
+    assert done.err.endswith("deleted 1 dead letter(s)\n")
+    store, table = pg["store"], pg["store"].table
+    with store.connect() as conn:
+        left = set(conn.execute(select(table.c.task_id)).scalars())
+    assert pg["ids"]["r1"] not in left

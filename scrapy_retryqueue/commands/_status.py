@@ -3,7 +3,8 @@
 Live counts come from Redis (due, due now, leased, dead letters not yet in the
 store, events not yet written); history from the store (dead letters,
 succeeded today, by kind, top domains); both through :mod:`scrapy_retryqueue.status`.
-Either side may be missing: the other is still shown, with a note.
+Either side may be missing: the other is still shown, with a note. A spider of
+the project that was never crawled is shown with nothing yet.
 """
 
 from __future__ import annotations
@@ -12,43 +13,102 @@ import json
 from datetime import datetime
 from typing import Any
 
+from .. import view
 from ..sources import Sources
-from ..status import collect
+from ..status import Status, collect
 from ._common import EXIT_NO_MATCH, CommandFailed
 
 
-def report(sources: Sources, spiders: list[str]) -> dict[str, Any]:
-    """Per spider: live counts and history (JSON-ready), and notes on what is missing."""
+def report(sources: Sources, spiders: list[str], settings: Any = None) -> dict[str, Any]:
+    """Per spider: live counts and history (JSON-ready), and notes on what is missing.
+
+    A spider asked for that has nothing anywhere is shown with zeros when it is
+    a spider of the project (*settings*' SPIDER_MODULES): it was never crawled
+    with the queue. Any other name is an error (exit code 1), as is nothing at all.
+    """
     status = collect(lambda: sources.redis(start_embedded=False), sources.store, spiders)
     if status.client is None and status.history is None:
         raise CommandFailed("; ".join(status.notes))
-    db = status.history
-    out: dict[str, Any] = {"spiders": {}, "notes": status.notes}
+    out: dict[str, Any] = {"spiders": {}, "notes": status.notes, "nothing_yet": []}
     for spider in status.spiders:
-        live = status.live.get(spider)
-        history = (db or {}).get(spider) if db is not None else None
-        statuses = (history or {}).get("statuses", {})
-        out["spiders"][spider] = {
-            "due": live.due if live else None,
-            "due_now": live.due_now if live else None,
-            "leased": live.leased if live else None,
-            "dead": (statuses.get("dead", 0) if db is not None else 0)
-            + (live.dead_in_redis if live else 0),
-            "dead_in_store": statuses.get("dead", 0) if db is not None else None,
-            "dead_in_redis": live.dead_in_redis if live else None,
-            "events_unwritten": live.events_unwritten if live else None,
-            "cooling": live.cooling if live else None,
-            "succeeded_today": (history or {}).get("succeeded_today", 0)
-            if db is not None
-            else None,
-            "by_kind": (history or {}).get("by_kind", {}) if db is not None else None,
-            "top_domains": (history or {}).get("top_domains", []) if db is not None else None,
-        }
+        out["spiders"][spider] = _entry(status, spider)
+    if status.missing:
+        known = project_spiders(settings)
+        unknown = [name for name in status.missing if known is None or name not in known]
+        for name in status.missing:
+            if name not in unknown:
+                out["spiders"][name] = _entry(status, name, nothing=True)
+                out["nothing_yet"].append(name)
+                out["notes"].append(f"{name}: {NOTHING_YET}")
+        if unknown:
+            line = _unknown_line(unknown, known)
+            if not out["spiders"]:
+                raise CommandFailed(line, EXIT_NO_MATCH)
+            out["notes"].append(line)
+        out["spiders"] = dict(sorted(out["spiders"].items()))
     if not out["spiders"]:
-        raise CommandFailed(
-            "no spider found" + (f" named {', '.join(spiders)}" if spiders else ""), EXIT_NO_MATCH
-        )
+        raise CommandFailed("no spider has anything in the queue or the store yet", EXIT_NO_MATCH)
     return out
+
+
+#: Said of a spider of the project with nothing in Redis or in the store.
+NOTHING_YET = (
+    "nothing recorded yet: it was never crawled with the retry queue "
+    "(or everything it left was purged)"
+)
+
+
+def _entry(status: Status, spider: str, *, nothing: bool = False) -> dict[str, Any]:
+    """One spider's line; a spider with *nothing* gets zeros from each side that answered."""
+    db = status.history
+    live = status.live.get(spider)
+    if live is None and nothing and status.client is not None:
+        live = view.counts(status.client, spider, status.now_ms)  # all zeros, read to be sure
+    history = (db or {}).get(spider) if db is not None else None
+    statuses = (history or {}).get("statuses", {})
+    return {
+        "due": live.due if live else None,
+        "due_now": live.due_now if live else None,
+        "leased": live.leased if live else None,
+        "dead": (statuses.get("dead", 0) if db is not None else 0)
+        + (live.dead_in_redis if live else 0),
+        "dead_in_store": statuses.get("dead", 0) if db is not None else None,
+        "dead_in_redis": live.dead_in_redis if live else None,
+        "events_unwritten": live.events_unwritten if live else None,
+        "cooling": live.cooling if live else None,
+        "succeeded_today": (history or {}).get("succeeded_today", 0) if db is not None else None,
+        "by_kind": (history or {}).get("by_kind", {}) if db is not None else None,
+        "top_domains": (history or {}).get("top_domains", []) if db is not None else None,
+    }
+
+
+def project_spiders(settings: Any) -> set[str] | None:
+    """The names of the project's spiders; None outside a project (no SPIDER_MODULES)."""
+    if settings is None or not settings.getlist("SPIDER_MODULES"):
+        return None
+    from scrapy.spiderloader import get_spider_loader
+
+    try:
+        return set(get_spider_loader(settings).list())
+    except Exception as exc:  # the project's own code: any error, said in one line
+        raise CommandFailed(
+            f"the project's spiders cannot be loaded to look the name up "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _unknown_line(names: list[str], known: set[str] | None) -> str:
+    shown = ", ".join(repr(name) for name in names)
+    if known is None:
+        return (
+            f"nothing is recorded for spider {shown} in the queue or the store (run the "
+            "command in the project to tell a spider never crawled from a wrong name)"
+        )
+    spiders = ", ".join(sorted(known)) or "none"
+    return (
+        f"no spider named {shown} in this project (its spiders: {spiders}), and nothing "
+        "is recorded for it in the queue or the store"
+    )
 
 
 def _n(value: Any) -> str:

@@ -1,7 +1,8 @@
 """``scrapy deadletters``: export, requeue and purge dead letters; migrate and sync the store.
 
-    scrapy deadletters export  [filters] [--format csv|jsonl|json] [-o FILE] [--limit N]
-    scrapy deadletters requeue [filters | --id ID ...] [--keep-budget] [--dry-run] [--limit N]
+    scrapy deadletters export  [filters] [--format csv|jsonl|json] [-o FILE | -O FILE]
+                               [--limit N] [--include-secrets]
+    scrapy deadletters requeue [filters] [--keep-budget] [--dry-run] [--limit N]
     scrapy deadletters purge   [filters] [--yes]
     scrapy deadletters migrate [--check | --sql]
     scrapy deadletters sync    [--spider NAME ...]
@@ -10,8 +11,7 @@ Filters: --spider, --kind, --domain, --http-status, --node (each repeatable or
 comma-separated), --since / --until (2024-05-01, 2024-05-01T13:30, today, 7d),
 --status (dead by default; all for every task), --id.
 
-Exit codes: 0 done; 1 nothing matched the filters; 2 bad input, or the database
-or Redis does not answer (one line on stderr, ``error: ...``).
+Each subcommand describes its options: scrapy deadletters SUBCOMMAND -h.
 """
 
 from __future__ import annotations
@@ -19,73 +19,196 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scrapy.commands import ScrapyCommand
-
+from ..defaults import ALL_KINDS
 from ._common import (
+    EXIT_ERROR,
     EXIT_NO_MATCH,
     ArgumentParser,
     CommandFailed,
     Progress,
-    fail_line,
-    one_line_errors,
+    confirm,
+    exit_codes_text,
+    subcommand_parser,
 )
+from ._common import Command as BaseCommand
 
 if TYPE_CHECKING:
     from ..sources import Sources
     from ..store.queries import Filters
 
+GLOBAL_OPTIONS = (
+    "Scrapy's options go with any subcommand: -s NAME=VALUE sets a setting (e.g.\n"
+    "-s RETRYQUEUE_DATABASE_URL=postgresql://user@host/db), -L LEVEL and --logfile FILE\n"
+    "turn the log on. See scrapy deadletters -h."
+)
 
-def _filter_options(parser: ArgumentParser, *, ids: bool = True) -> None:
-    group = parser.add_argument_group("filters (repeat an option or separate values with commas)")
-    group.add_argument("--spider", action="append", default=[], metavar="NAME")
-    group.add_argument("--kind", action="append", default=[], metavar="KIND")
+
+def _filter_options(
+    parser: argparse.ArgumentParser, *, ids: bool = True, statuses: str = "export"
+) -> None:
+    group = parser.add_argument_group(
+        "filters",
+        "Which rows of the store: every filter given must match. Repeat an option, or\n"
+        "separate values with commas, to match any of several values.",
+    )
+    group.add_argument("--spider", action="append", default=[], metavar="NAME",
+                       help="the spider (default: every spider)")  # fmt: skip
+    group.add_argument("--kind", action="append", default=[], metavar="KIND",
+                       help="the failure kind, one of: " + ", ".join(ALL_KINDS)
+                       + " (default: every kind)")  # fmt: skip
     group.add_argument("--domain", action="append", default=[], metavar="HOST",
-                       help="the host or any of its subdomains")  # fmt: skip
-    group.add_argument("--http-status", action="append", default=[], metavar="CODE")
-    group.add_argument("--node", action="append", default=[], metavar="NODE")
-    group.add_argument("--since", metavar="WHEN", help="2024-05-01, 2024-05-01T13:30, today, 7d")
-    group.add_argument("--until", metavar="WHEN")
+                       help="the host or any of its subdomains: shop.example matches "
+                       "www.shop.example (default: every host)")  # fmt: skip
+    group.add_argument("--http-status", action="append", default=[], metavar="CODE",
+                       help="the HTTP status of the last failure, e.g. 503 (default: any, "
+                       "and none)")  # fmt: skip
+    group.add_argument("--node", action="append", default=[], metavar="NODE",
+                       help="the node that wrote the task's last event (default: any)")  # fmt: skip
+    group.add_argument("--since", metavar="WHEN",
+                       help="died at or after WHEN (other statuses: last updated): 2024-05-01, "
+                       "2024-05-01T13:30 (local time), 2024-05-01T13:30Z, today, yesterday, or "
+                       "7d / 12h / 30m / 2w ago (default: no lower bound)")  # fmt: skip
+    group.add_argument("--until", metavar="WHEN",
+                       help="died before WHEN, same forms as --since (default: no upper "
+                       "bound)")  # fmt: skip
+    if statuses == "export":
+        status_help = (
+            "the task's status: dead (the default), waiting, retrying, succeeded, cancelled, or all"
+        )
+    else:
+        status_help = "dead (the default): only dead letters can be requeued"
     group.add_argument("--status", action="append", default=[], metavar="STATUS",
-                       help="dead (default), waiting, retrying, succeeded, cancelled or all")  # fmt: skip
+                       help=status_help)  # fmt: skip
     if ids:
         group.add_argument("--id", action="append", default=[], metavar="ID",
-                           help="a row id or a task id (request fingerprint)")  # fmt: skip
+                           help="a row id (the store's id column) or a task id, the request "
+                           "fingerprint (default: any)")  # fmt: skip
 
 
 def build_parser() -> ArgumentParser:
     from ..store.export import FORMATS
 
-    parser = ArgumentParser(prog="scrapy deadletters", add_help=False)
-    sub = parser.add_subparsers(dest="action", metavar="{export,requeue,purge,migrate,sync}")
+    parser = ArgumentParser(
+        prog="scrapy deadletters",
+        description=(__doc__ or "").split("\n", 2)[2].strip("\n"),
+        epilog=exit_codes_text(),
+    )
+    sub = parser.add_subparsers(
+        dest="action", metavar="{export,requeue,purge,migrate,sync}", parser_class=ArgumentParser
+    )
     sub.required = True
 
-    export = sub.add_parser("export", add_help=False)
+    export = subcommand_parser(
+        sub,
+        "export",
+        summary="Write the store's dead letters (or other tasks) as CSV, JSON lines or JSON.",
+        description=(
+            "Rows come in id order (oldest first) and stream in constant memory. Without\n"
+            "-o or -O they go to stdout. CSV cells a spreadsheet would run as a formula\n"
+            "get a leading '. The values of secret request headers are masked (***)\n"
+            "unless --include-secrets is given."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
     _filter_options(export)
-    export.add_argument("--format", choices=FORMATS, help="default: from the file name, else csv")
-    export.add_argument("-o", "--output", default="-", metavar="FILE", help="- for stdout")
-    export.add_argument("--limit", type=int, metavar="N")
+    output = export.add_argument_group("output")
+    target = output.add_mutually_exclusive_group()
+    target.add_argument("-o", "--output", metavar="FILE",
+                        help="append to FILE, created if missing: csv rows go after the "
+                        "existing ones without a second header, jsonl lines after the last "
+                        "line; json cannot be appended to (use -O). - is stdout. "
+                        "(default: stdout)")  # fmt: skip
+    target.add_argument("-O", "--overwrite-output", metavar="FILE",
+                        help="write FILE, replacing it: written as FILE.part and renamed "
+                        "when complete, so FILE is never half written")  # fmt: skip
+    output.add_argument("--format", choices=FORMATS,
+                        help="csv (one row per task, a header first), jsonl (one JSON "
+                        "object per line) or json (one array) (default: from the file "
+                        "name's extension, .csv, .jsonl or .json, else csv)")  # fmt: skip
+    output.add_argument("--limit", type=int, metavar="N",
+                        help="export at most N rows, the oldest first (default: every "
+                        "matching row)")  # fmt: skip
+    output.add_argument("--include-secrets", action="store_true",
+                        help="write the values of secret request headers (the "
+                        "RETRYQUEUE_SECRET_HEADERS setting: Authorization, Cookie and "
+                        "Proxy-Authorization by default) and cookies as stored; by "
+                        "default they read ***")  # fmt: skip
 
-    requeue = sub.add_parser("requeue", add_help=False)
-    _filter_options(requeue)
-    requeue.add_argument("--keep-budget", action="store_true")
-    requeue.add_argument("--dry-run", action="store_true")
-    requeue.add_argument("--limit", type=int, metavar="N")
+    requeue = subcommand_parser(
+        sub,
+        "requeue",
+        summary="Put dead letters back in the Redis queue, due now.",
+        description=(
+            "Each goes back through the queue's own schedule operation; its row becomes\n"
+            "waiting and keeps its failure history. A request that already has a live\n"
+            "retry in the queue is left alone; a malformed dead letter (no request to\n"
+            "rebuild) is skipped and named."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    _filter_options(requeue, statuses="requeue")
+    requeue.add_argument("--keep-budget", action="store_true",
+                         help="keep the retries the task already spent, so it gets only "
+                         "what is left of its retry budget (the policy's max_retries for "
+                         "its kind): a task that died of an exhausted budget dies again at "
+                         "its next failure (default: a fresh budget, its attempts reset to "
+                         "0)")  # fmt: skip
+    requeue.add_argument("--dry-run", action="store_true",
+                         help="list what would be requeued (row id, spider, kind, url; one "
+                         "per line on stdout) and change nothing")  # fmt: skip
+    requeue.add_argument("--limit", type=int, metavar="N",
+                         help="requeue at most N dead letters, the oldest first (default: "
+                         "every match)")  # fmt: skip
 
-    purge = sub.add_parser("purge", add_help=False)
+    purge = subcommand_parser(
+        sub,
+        "purge",
+        summary="Delete matching rows from the store, after a confirmation.",
+        description=(
+            "Asks `Delete 12 dead letter(s) (status=dead kind=not_found)? [y/N]` on a\n"
+            "terminal; anything but y or yes, or the end of input (Ctrl-D), deletes nothing\n"
+            "(exit code 5). Without a terminal it needs --yes."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
     _filter_options(purge)
-    purge.add_argument("-y", "--yes", action="store_true")
+    purge.add_argument("-y", "--yes", action="store_true",
+                       help="delete without asking; needed when stdin is not a terminal "
+                       "(default: ask)")  # fmt: skip
 
-    migrate = sub.add_parser("migrate", add_help=False)
-    migrate.add_argument("--check", action="store_true")
-    migrate.add_argument("--sql", action="store_true")
+    migrate = subcommand_parser(
+        sub,
+        "migrate",
+        summary="Create or upgrade the store's schema (its Alembic migrations).",
+        description="Without an option: apply the migrations the database lacks.",
+        epilog=GLOBAL_OPTIONS,
+    )
+    migrate.add_argument("--check", action="store_true",
+                         help="only say whether the schema is up to date (exit code 1 when "
+                         "it is not) and change nothing")  # fmt: skip
+    migrate.add_argument("--sql", action="store_true",
+                         help="print the SQL the migrations run on an empty database, for a "
+                         "DBA, and change nothing")  # fmt: skip
 
-    sync = sub.add_parser("sync", add_help=False)
-    sync.add_argument("--spider", action="append", default=[], metavar="NAME")
+    sync = subcommand_parser(
+        sub,
+        "sync",
+        summary="Write the events waiting in Redis into the store now.",
+        description=(
+            "For spiders whose crawl did not (the store was disabled, or its database was\n"
+            "down when the crawl ended); their leftover dead letters are stored too."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    sync.add_argument("--spider", action="append", default=[], metavar="NAME",
+                      help="only this spider; repeat, or separate names with commas "
+                      "(default: every spider with events in Redis)")  # fmt: skip
     return parser
 
 
@@ -112,9 +235,8 @@ def _count(sources: Sources, filters: Filters) -> int:
         return count(conn, filters)
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    default_settings = {"LOG_ENABLED": False}
+class Command(BaseCommand):
+    name = "deadletters"
 
     def syntax(self) -> str:
         return "{export,requeue,purge,migrate,sync} [options]"
@@ -123,47 +245,36 @@ class Command(ScrapyCommand):
         return "Export, requeue or purge scrapy-retryqueue dead letters"
 
     def long_desc(self) -> str:
-        return (__doc__ or "").split("\n", 2)[2].strip("\n")
+        return (__doc__ or "").split("\n", 2)[2].strip("\n") + "\n\n" + exit_codes_text()
 
-    def add_options(self, parser: argparse.ArgumentParser) -> None:
-        super().add_options(parser)
-        # The description lists the subcommands line by line: keep its lines.
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    def build_parser(self) -> ArgumentParser:
+        return build_parser()
 
-    def run(self, args: list[str], opts: Any) -> None:
+    def dispatch(self, ns: argparse.Namespace) -> int:
+        from ..sources import Sources
+
+        if getattr(ns, "limit", None) is not None and ns.limit < 1:
+            raise CommandFailed(f"--limit must be >= 1, got {ns.limit}")
         assert self.settings is not None
-        sources: Sources | None = None
-        try:
-            with one_line_errors():
-                from ..sources import Sources
+        self._sources: Sources | None = Sources(self.settings)
+        result: int = getattr(self, f"_{ns.action}")(self._sources, ns)
+        return result
 
-                ns = build_parser().parse_args(args)
-                if getattr(ns, "limit", None) is not None and ns.limit < 1:
-                    raise CommandFailed(f"--limit must be >= 1, got {ns.limit}")
-                sources = Sources(self.settings)
-                self.exitcode = getattr(self, f"_{ns.action}")(sources, ns) or 0
-        except CommandFailed as exc:
-            print(fail_line(exc), file=sys.stderr)
-            self.exitcode = exc.code
-        except KeyboardInterrupt:
-            print("error: interrupted", file=sys.stderr)
-            self.exitcode = 130
-        finally:
-            if sources is not None:
-                sources.close()
+    def close(self) -> None:
+        sources = getattr(self, "_sources", None)
+        if sources is not None:
+            sources.close()
+            self._sources = None
 
     # -- export ----------------------------------------------------------------
 
     def _export(self, sources: Sources, ns: Any) -> int:
-        from ..store.export import FORMATS, write_rows
         from ..store.queries import count, stream_rows
 
         filters = filters_from(ns)
-        output = ns.output
-        fmt = ns.format
-        if fmt is None:
-            suffix = Path(output).suffix.lower().lstrip(".") if output != "-" else ""
-            fmt = suffix if suffix in FORMATS else "csv"
+        destination = Destination.from_options(ns.output, ns.overwrite_output, ns.format)
+        destination.check()
+        secret = frozenset() if ns.include_secrets else sources.config.secret_headers
         store = sources.store()
         with store.connect() as conn:
             total = count(conn, filters)
@@ -173,24 +284,15 @@ class Command(ScrapyCommand):
                 raise CommandFailed(f"no tasks match ({filters.describe()})", EXIT_NO_MATCH)
             progress = Progress(total, "exporting")
             rows = stream_rows(conn, filters, limit=ns.limit)
-            if output == "-":
-                out = sys.stdout
-                written = write_rows(rows, fmt, out, progress.advance)
-                out.flush()
-            else:
-                target = Path(output)
-                part = target.with_name(target.name + ".part")
-                try:
-                    with open(part, "w", encoding="utf-8", newline="") as out:
-                        written = write_rows(rows, fmt, out, progress.advance)
-                    os.replace(part, target)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        part.unlink()
-                    raise
+            written = destination.write(rows, secret, progress.advance)
             progress.finish()
-        if output != "-":
-            print(f"exported {written} task(s) to {output} ({fmt})", file=sys.stderr)
+        if destination.path is not None:
+            how = "appended" if destination.append else "exported"
+            extra = ", secret header values included" if ns.include_secrets else ""
+            print(
+                f"{how} {written} task(s) to {destination.path} ({destination.fmt}{extra})",
+                file=sys.stderr,
+            )
         return 0
 
     # -- requeue ---------------------------------------------------------------
@@ -262,10 +364,7 @@ class Command(ScrapyCommand):
                     f"would delete {total} {what} ({filters.describe()}); "
                     "add --yes to confirm (stdin is not a terminal)"
                 )
-            answer = input(f"Delete {total} {what} ({filters.describe()})? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("nothing deleted", file=sys.stderr)
-                return 1
+            confirm(f"Delete {total} {what} ({filters.describe()})?")
         deleted = actions.purge(sources.store(), filters)
         print(f"deleted {deleted} {what}", file=sys.stderr)
         return 0
@@ -284,7 +383,7 @@ class Command(ScrapyCommand):
             print(
                 f"{store.safe_url}: schema {state.current or 'none'}, code {state.head}: {state.state}"
             )
-            return 0 if state.state == "ok" else 1
+            return 0 if state.state == "ok" else EXIT_NO_MATCH
         if state.state == "ok":
             print(f"{store.safe_url}: schema is up to date ({state.head})", file=sys.stderr)
             return 0
@@ -330,3 +429,94 @@ class Command(ScrapyCommand):
                 file=sys.stderr,
             )
         return 0
+
+
+class Destination:
+    """Where ``export`` writes, following Scrapy's feed exports: ``-O`` overwrites, ``-o`` appends."""
+
+    def __init__(self, path: Path | None, fmt: str, *, append: bool) -> None:
+        #: None: stdout.
+        self.path = path
+        self.fmt = fmt
+        self.append = append
+
+    @classmethod
+    def from_options(
+        cls, output: str | None, overwrite: str | None, fmt: str | None
+    ) -> Destination:
+        from ..store.export import FORMATS
+
+        name = overwrite or output or "-"
+        path = None if name == "-" else Path(name)
+        if fmt is None:
+            suffix = path.suffix.lower().lstrip(".") if path is not None else ""
+            fmt = suffix if suffix in FORMATS else "csv"
+        return cls(path, fmt, append=path is not None and overwrite is None)
+
+    def check(self) -> None:
+        """Refuse, before reading the store, what cannot be appended to."""
+        if not self.append or self.path is None:
+            return
+        if self.fmt == "json":
+            raise CommandFailed(
+                f"-o appends, and a json file ({self.path}) holds one array that cannot take "
+                "more rows: use -O to overwrite it, or the jsonl format (one object per line) "
+                "to append",
+                EXIT_ERROR,
+            )
+        if self.fmt == "csv" and self._has_content():
+            from ..store.export import csv_header
+
+            with open(self.path, encoding="utf-8", newline="") as existing:
+                first = existing.readline()
+            if first.rstrip("\r\n") != csv_header().rstrip("\r\n"):
+                raise CommandFailed(
+                    f"-o appends, and {self.path} does not start with this export's csv "
+                    "header (another file, or another version's columns): use -O to "
+                    "overwrite it, or another file",
+                    EXIT_ERROR,
+                )
+
+    def _has_content(self) -> bool:
+        assert self.path is not None
+        try:
+            return self.path.stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
+    def write(self, rows: Any, secret: frozenset[str], advance: Any) -> int:
+        """Write *rows*; returns how many. A file is complete or untouched on failure."""
+        from ..store.export import write_rows
+
+        if self.path is None:
+            written = write_rows(rows, self.fmt, sys.stdout, advance, secret=secret)
+            sys.stdout.flush()
+            return written
+        header = not (self.append and self._has_content())
+        part = self.path.with_name(self.path.name + ".part")
+        try:
+            with open(part, "w", encoding="utf-8", newline="") as out:
+                written = write_rows(rows, self.fmt, out, advance, secret=secret, header=header)
+            if self.append:
+                self._append_part(part)
+            else:
+                os.replace(part, self.path)
+        finally:
+            with contextlib.suppress(OSError):
+                part.unlink()
+        return written
+
+    def _append_part(self, part: Path) -> None:
+        # The rows were written to FILE.part first: a failure while reading the
+        # store leaves FILE as it was; only this local copy appends.
+        assert self.path is not None
+        with open(self.path, "ab") as target, open(part, "rb") as source:
+            if self.fmt == "jsonl" and target.tell() and not _ends_with_newline(self.path):
+                target.write(b"\n")
+            shutil.copyfileobj(source, target)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as existing:
+        existing.seek(-1, os.SEEK_END)
+        return existing.read(1) == b"\n"

@@ -1,164 +1,258 @@
 """``scrapy retryqueue``: manage the retry queue from the command line.
 
-scrapy retryqueue server start|stop|status   the embedded Redis-compatible server
-scrapy retryqueue status [--spider NAME] [--json]
-                                             per spider: due, due now, leased, dead,
-                                             succeeded today, by kind, top domains
-scrapy retryqueue dashboard [--host H] [--port P] [--token T]
-                            [--redis-url URL] [--database-url URL]
-                                             the web dashboard (needs the dashboard extra)
+    scrapy retryqueue server {start,stop,status}
+        the project's embedded Redis-compatible server
+    scrapy retryqueue status [--spider NAME ...] [--json]
+        per spider: due, due now, leased, dead, succeeded today, by kind,
+        top domains
+    scrapy retryqueue dashboard [--host H] [--port P] [--token T]
+                                [--redis-url URL] [--database-url URL]
+        the web dashboard (the dashboard extra)
+
+Each subcommand describes its options: scrapy retryqueue SUBCOMMAND -h.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
+import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import UsageError
-
-from .. import embedded
-from ..config import load_config
-from ..connection import embedded_dir
 from ..defaults import DASHBOARD_SETTINGS
-from ..exceptions import ConfigError, EmbeddedServerError
-from ._common import ArgumentParser, CommandFailed, fail_line, one_line_errors
+from ._common import (
+    EXIT_CANNOT_LISTEN,
+    EXIT_NOT_RUNNING,
+    ArgumentParser,
+    CommandFailed,
+    exit_codes_text,
+    subcommand_parser,
+)
+from ._common import Command as BaseCommand
+
+if TYPE_CHECKING:
+    from ..sources import Sources
 
 _HOST = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_HOST"]
 _PORT = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_PORT"]
+GLOBAL_OPTIONS = (
+    "Scrapy's options go with any subcommand: -s NAME=VALUE sets a setting (e.g.\n"
+    "-s RETRYQUEUE_REDIS_URL=redis://host:6379/0). See scrapy retryqueue -h."
+)
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    default_settings = {"LOG_ENABLED": False}
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="scrapy retryqueue",
+        description=(__doc__ or "").split("\n", 2)[2].strip("\n"),
+        epilog=exit_codes_text(),
+    )
+    sub = parser.add_subparsers(
+        dest="action", metavar="{server,status,dashboard}", parser_class=ArgumentParser
+    )
+    sub.required = True
+
+    server = subcommand_parser(
+        sub,
+        "server",
+        summary="Start, stop or look at the project's embedded Redis-compatible server.",
+        description=(
+            "The server the crawl starts when no Redis is configured, with its data in\n"
+            "RETRYQUEUE_EMBEDDED_DIR (default: the project's .scrapy/retryqueue/).\n"
+            "  start   start it (nothing happens if it runs) and print its URL\n"
+            "  stop    stop it; pending retries stay on disk for the next start\n"
+            "  status  say whether it runs, and where (exit code 3 when it does not)"
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    server.add_argument("server_action", choices=("start", "stop", "status"),
+                        help="what to do with the server (no default: one is needed)")  # fmt: skip
+
+    status = subcommand_parser(
+        sub,
+        "status",
+        summary="Per spider: what waits in the queue, what is held, what died, what recovered.",
+        description=(
+            "Live counts from Redis (due, due now, leased, dead letters and events not yet\n"
+            "in the store, cooling domains) beside the store's history (dead, succeeded\n"
+            "today, by kind, top domains). An embedded server that is not running is not\n"
+            "started. A spider of the project that was never crawled is shown with\n"
+            "nothing yet; a name that is no spider of the project and has nothing recorded\n"
+            "is an error (exit code 1)."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    status.add_argument("--spider", action="append", default=[], metavar="NAME",
+                        help="only this spider; repeat, or separate names with commas "
+                        "(default: every spider with anything in Redis or the store)")  # fmt: skip
+    status.add_argument("--json", action="store_true",
+                        help="print JSON, for scripts (default: a table)")  # fmt: skip
+
+    dashboard = subcommand_parser(
+        sub,
+        "dashboard",
+        summary="Serve the web dashboard (needs the dashboard extra).",
+        description=(
+            "Read-only without a token; with one, actions (requeue, purge, retry now,\n"
+            "cancel) need it. It refuses to listen on a non-loopback address without a\n"
+            "token. A port in use is exit code 4."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    dashboard.add_argument("--host", metavar="HOST",
+                           help=f"the address to listen on (default: RETRYQUEUE_DASHBOARD_HOST, "
+                           f"{_HOST})")  # fmt: skip
+    dashboard.add_argument("--port", type=int, metavar="PORT",
+                           help=f"the port to listen on; 0 picks a free one (default: "
+                           f"RETRYQUEUE_DASHBOARD_PORT, {_PORT})")  # fmt: skip
+    dashboard.add_argument("--token", metavar="TOKEN",
+                           help="the token that allows actions, 8 characters or more "
+                           "(default: the RETRYQUEUE_DASHBOARD_TOKEN environment variable, "
+                           "else the setting; none: read-only)")  # fmt: skip
+    dashboard.add_argument("--redis-url", metavar="URL",
+                           help="the Redis to show (default: the crawl's, from "
+                           "RETRYQUEUE_REDIS_URL, REDIS_URL, or the embedded server)")  # fmt: skip
+    dashboard.add_argument("--database-url", metavar="URL",
+                           help="the store to show (default: RETRYQUEUE_DATABASE_URL, else "
+                           "the project's SQLite store)")  # fmt: skip
+    return parser
+
+
+class Command(BaseCommand):
+    name = "retryqueue"
 
     def syntax(self) -> str:
-        return (
-            "server {start,stop,status} | status [--spider NAME] [--json] | "
-            "dashboard [--host H] [--port P] [--token T]"
-        )
+        return "{server,status,dashboard} [options]"
 
     def short_desc(self) -> str:
         return "Manage scrapy-retryqueue (the embedded server) and show the queue's status"
 
     def long_desc(self) -> str:
-        return (
-            "server start   start the project's embedded Redis-compatible server\n"
-            "server stop    stop it (pending retries stay on disk for the next start)\n"
-            "server status  say whether it runs, and where\n"
-            "status         per spider: due, due now, leased, dead, succeeded today,\n"
-            "               by kind and top domains (a table; --json for scripts;\n"
-            "               --spider NAME, repeatable, to show only some)\n"
-            f"dashboard      serve the web dashboard (--host, default {_HOST}; --port,\n"
-            f"               default {_PORT}; --token or RETRYQUEUE_DASHBOARD_TOKEN to allow\n"
-            "               actions; --redis-url, --database-url override the settings)"
-        )
+        return (__doc__ or "").split("\n", 2)[2].strip("\n") + "\n\n" + exit_codes_text()
 
-    def add_options(self, parser: argparse.ArgumentParser) -> None:
-        super().add_options(parser)
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    def build_parser(self) -> ArgumentParser:
+        return build_parser()
 
-    def run(self, args: list[str], opts: Any) -> None:
-        if args and args[0] == "status":
-            self._status(args[1:])
-            return
-        if args and args[0] == "dashboard":
-            self._dashboard(args[1:])
-            return
-        if len(args) != 2 or args[0] != "server" or args[1] not in ("start", "stop", "status"):
-            raise UsageError(
-                "expected: scrapy retryqueue server {start,stop,status} | scrapy retryqueue status"
-                " | scrapy retryqueue dashboard"
-            )
+    def dispatch(self, ns: argparse.Namespace) -> int:
+        if ns.action == "server":
+            return self._server(ns.server_action)
+        if ns.action == "status":
+            return self._status(ns)
+        return self._dashboard(ns)
+
+    def close(self) -> None:
+        sources = getattr(self, "_sources", None)
+        if sources is not None:
+            sources.close()
+            self._sources = None
+
+    def _server(self, action: str) -> int:
+        from .. import embedded
+        from ..config import load_config
+        from ..connection import embedded_dir
+
         assert self.settings is not None
-        try:
-            config = load_config(self.settings)
-        except ConfigError as exc:
-            self._fail(str(exc))
-            return
-        directory = embedded_dir(config.embedded_dir)
-        action = args[1]
+        directory = embedded_dir(load_config(self.settings).embedded_dir)
         if action == "status":
             if embedded.is_running(directory):
                 print(f"running: {embedded.server_url(directory)} (data in {directory})")
-            else:
-                print(f"not running (data in {directory})")
-                self.exitcode = 3
-        elif action == "start":
-            try:
-                url = embedded.ensure_server(directory)
-            except EmbeddedServerError as exc:
-                self._fail(str(exc))
-                return
-            print(f"running: {url}")
+                return 0
+            print(f"not running (data in {directory})")
+            return EXIT_NOT_RUNNING
+        if action == "start":
+            print(f"running: {embedded.ensure_server(directory)}")
         elif embedded.stop_server(directory):
             print(f"stopped (data kept in {directory})")
         else:
             print("not running")
+        return 0
 
-    def _status(self, args: list[str]) -> None:
+    def _status(self, ns: argparse.Namespace) -> int:
         from ..sources import Sources
         from ._status import render_json, render_table, report
 
         assert self.settings is not None
-        sources: Sources | None = None
-        try:
-            with one_line_errors():
-                parser = ArgumentParser(prog="scrapy retryqueue status", add_help=False)
-                parser.add_argument("--spider", action="append", default=[])
-                parser.add_argument("--json", action="store_true")
-                ns = parser.parse_args(args)
-                spiders = [s for value in ns.spider for s in value.split(",") if s]
-                sources = Sources(self.settings)
-                shown = report(sources, spiders)
-            print(render_json(shown) if ns.json else render_table(shown))
-        except CommandFailed as exc:
-            print(fail_line(exc), file=sys.stderr)
-            self.exitcode = exc.code
-        finally:
-            if sources is not None:
-                sources.close()
+        spiders = [s for value in ns.spider for s in value.split(",") if s]
+        self._sources: Sources | None = Sources(self.settings)
+        shown = report(self._sources, spiders, self.settings)
+        print(render_json(shown) if ns.json else render_table(shown))
+        return 0
 
-    def _dashboard(self, args: list[str]) -> None:
+    def _dashboard(self, ns: argparse.Namespace) -> int:
+        from ..config import load_config
+        from ..store.config import load_store_config
+
         assert self.settings is not None
         try:
-            with one_line_errors():
-                parser = ArgumentParser(prog="scrapy retryqueue dashboard", add_help=False)
-                parser.add_argument("--host")
-                parser.add_argument("--port", type=int)
-                parser.add_argument("--token")
-                parser.add_argument("--redis-url")
-                parser.add_argument("--database-url")
-                ns = parser.parse_args(args)
-                try:
-                    import uvicorn
+            import uvicorn
 
-                    from ..dashboard.app import create_app
-                    from ..dashboard.settings import check_bind, load_dashboard_config
-                except ImportError as exc:
-                    raise CommandFailed(
-                        f"the dashboard needs its extra: pip install 'scrapy-retryqueue[dashboard]' "
-                        f"({exc})"
-                    ) from None
-                settings = self.settings.copy()
-                if ns.redis_url:
-                    settings.set("RETRYQUEUE_REDIS_URL", ns.redis_url, priority="cmdline")
-                if ns.database_url:
-                    settings.set("RETRYQUEUE_DATABASE_URL", ns.database_url, priority="cmdline")
-                token = ns.token or os.environ.get("RETRYQUEUE_DASHBOARD_TOKEN") or None
-                config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
-                check_bind(config)
-                app = create_app(settings, config=config)
-        except CommandFailed as exc:
-            print(fail_line(exc), file=sys.stderr)
-            self.exitcode = exc.code
-            return
-        mode = "actions need the token" if config.token else "read-only (no token)"
-        print(f"dashboard on http://{config.host}:{config.port}/ ({mode})", file=sys.stderr)
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+            from ..dashboard.app import create_app
+            from ..dashboard.settings import check_bind, load_dashboard_config
+        except ImportError as exc:
+            raise CommandFailed(
+                f"the dashboard needs its extra: pip install 'scrapy-retryqueue[dashboard]' ({exc})"
+            ) from None
+        settings = self.settings.copy()
+        if ns.redis_url:
+            settings.set("RETRYQUEUE_REDIS_URL", ns.redis_url, priority="cmdline")
+        if ns.database_url:
+            settings.set("RETRYQUEUE_DATABASE_URL", ns.database_url, priority="cmdline")
+        token = ns.token or os.environ.get("RETRYQUEUE_DASHBOARD_TOKEN") or None
+        config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
+        check_bind(config)
+        # The dashboard opens Redis and the store when first asked: a bad setting
+        # is said now, in one line, rather than on every page.
+        load_config(settings)
+        load_store_config(settings)
+        sock = listen(config.host, config.port)
+        try:
+            app = create_app(settings, config=config)
+            server = uvicorn.Server(
+                uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
+            )
+            port = sock.getsockname()[1]
+            mode = "actions need the token" if config.token else "read-only: no token"
+            host = f"[{config.host}]" if ":" in config.host else config.host
+            print(f"dashboard on http://{host}:{port}/ ({mode})", file=sys.stderr, flush=True)
+            # uvicorn shuts down on Ctrl-C, then raises it again: for a server
+            # that is how it ends, not an interruption of its work.
+            with contextlib.suppress(KeyboardInterrupt):
+                server.run(sockets=[sock])
+        finally:
+            sock.close()
+        print("dashboard stopped", file=sys.stderr)
+        return 0
 
-    def _fail(self, message: str) -> None:
-        print(f"error: {message}")
-        self.exitcode = 2
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to *host*:*port*; one line and exit code 4 when it cannot be.
+
+    Bound here rather than by uvicorn, which logs the error and exits with 1
+    (the code of "nothing matched").
+    """
+    where = f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise CommandFailed(
+            f"the dashboard cannot listen on {where}: {exc.strerror}", EXIT_CANNOT_LISTEN
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            reason = "address already in use (another dashboard, or another program); choose another port with --port"
+        else:
+            reason = exc.strerror or str(exc)
+        raise CommandFailed(
+            f"the dashboard cannot listen on {where}: {reason}", EXIT_CANNOT_LISTEN
+        ) from None
+    return sock

@@ -124,7 +124,7 @@ def preflight(config: Config) -> None:
     if config.start_without_redis:
         return  # an outage at start is spooled like any other
     try:
-        check_reachable(config.redis_url, cluster=config.redis_cluster, timeout=REDIS_START_TIMEOUT)
+        check_reachable(config, timeout=REDIS_START_TIMEOUT)
     except (*CONNECTION_ERRORS, OSError) as exc:
         stop_at_start(
             f"Redis at {redact_url(config.redis_url)} ({config.redis_url_setting}) does not "

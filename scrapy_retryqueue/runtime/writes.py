@@ -82,12 +82,7 @@ class WritePath:
         self._pool.start()
         directory = embedded_dir(config.embedded_dir)
         client, url = await maybe_deferred_to_future(
-            self.call(
-                client_for,
-                config.redis_url,
-                embedded_directory=directory,
-                cluster=config.redis_cluster,
-            )
+            self.call(client_for, config, embedded_directory=directory)
         )
         self.redis_url = url
         self.spool = Spool(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -63,8 +64,71 @@ def is_connection_error(exc: BaseException) -> bool:
     return name in ("OperationalError", "InterfaceError")
 
 
+class _AlembicAtDebug(logging.Filter):
+    """Alembic's INFO lines as DEBUG while the store runs it, in that thread only.
+
+    Alembic says "Context impl PostgresqlImpl.", "Will assume transactional
+    DDL.", "setup plugin ..." and "Running upgrade ..." at INFO each time a
+    schema is checked or created: a dozen lines at the start of every crawl
+    for routine work. The store says what matters itself (``schema upgraded
+    from ... to ...``). A filter on a logger sees only that logger's own
+    records, so it is put on every alembic logger; it changes only records
+    made inside :func:`alembic_at_debug`, so a project's own use of Alembic in
+    the same process keeps its levels.
+    """
+
+    _inside = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and getattr(self._inside, "depth", 0):
+            record.levelno = logging.DEBUG
+            record.levelname = logging.getLevelName(logging.DEBUG)
+            # The logger let it through at INFO: ask again at DEBUG (a handler
+            # without a level of its own would show it otherwise).
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_AT_DEBUG = _AlembicAtDebug()
+#: Alembic's loggers that log at INFO (alembic 1.13 to 1.20); the ones loaded
+#: when a migration runs are added too (:func:`alembic_at_debug`).
+_ALEMBIC_LOGGERS = (
+    "alembic",
+    "alembic.config",
+    "alembic.runtime.migration",
+    "alembic.runtime.plugins",
+    "alembic.ddl.impl",
+    "alembic.ddl.postgresql",
+    "alembic.env",
+)
+
+
+def _filter_alembic_loggers() -> None:
+    names = set(_ALEMBIC_LOGGERS) | {
+        name for name in logging.root.manager.loggerDict if name.startswith("alembic.")
+    }
+    for name in names:
+        alembic_logger = logging.getLogger(name)
+        if _AT_DEBUG not in alembic_logger.filters:
+            alembic_logger.addFilter(_AT_DEBUG)
+
+
+@contextlib.contextmanager
+def alembic_at_debug() -> Iterator[None]:
+    """Run Alembic with its INFO lines logged at DEBUG (see :class:`_AlembicAtDebug`)."""
+    _filter_alembic_loggers()
+    inside = _AlembicAtDebug._inside
+    inside.depth = getattr(inside, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        inside.depth -= 1
+        _filter_alembic_loggers()  # the modules this run imported, for the next one
+
+
 def alembic_config(script_location: str = SCRIPT_LOCATION) -> AlembicConfig:
-    from alembic.config import Config as AlembicConfig
+    with alembic_at_debug():  # importing Alembic logs its plugins at INFO
+        from alembic.config import Config as AlembicConfig
 
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", script_location)
@@ -137,9 +201,10 @@ class Store:
 
     @cached_property
     def _script(self) -> ScriptDirectory:
-        from alembic.script import ScriptDirectory
+        with alembic_at_debug():
+            from alembic.script import ScriptDirectory
 
-        return ScriptDirectory.from_config(self._alembic)
+            return ScriptDirectory.from_config(self._alembic)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -181,11 +246,12 @@ class Store:
         if conn is None:
             with self.connect() as c:
                 return self.schema_state(c)
-        from alembic.runtime.migration import MigrationContext
-        from alembic.util.exc import CommandError
+        with alembic_at_debug():
+            from alembic.runtime.migration import MigrationContext
+            from alembic.util.exc import CommandError
 
-        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        heads = context.get_current_heads()
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            heads = context.get_current_heads()
         current = heads[0] if heads else None
         head = self.head
         if current is None:
@@ -240,7 +306,8 @@ class Store:
 
     def upgrade(self, revision: str = "head") -> tuple[str | None, str]:
         """Apply migrations up to *revision*; returns (before, after)."""
-        from alembic import command
+        with alembic_at_debug():
+            from alembic import command
 
         with self._schema_lock():
             with self.connect() as conn:
@@ -253,7 +320,8 @@ class Store:
             with self.connect() as conn:
                 self._alembic.attributes["connection"] = conn
                 try:
-                    command.upgrade(self._alembic, revision)
+                    with alembic_at_debug():
+                        command.upgrade(self._alembic, revision)
                     conn.commit()
                 finally:
                     self._alembic.attributes.pop("connection", None)
@@ -263,13 +331,15 @@ class Store:
         """The SQL that :meth:`upgrade` runs from an empty database (offline mode)."""
         import io
 
-        from alembic import command
+        with alembic_at_debug():
+            from alembic import command
 
         buffer = io.StringIO()
         cfg = alembic_config(self._script_location)
         cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
         cfg.output_buffer = buffer
-        command.upgrade(cfg, revision, sql=True)
+        with alembic_at_debug():
+            command.upgrade(cfg, revision, sql=True)
         return buffer.getvalue()
 
     @contextlib.contextmanager

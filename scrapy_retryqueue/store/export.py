@@ -1,17 +1,23 @@
-"""Export rows of the store as CSV, JSON lines or JSON, inert for spreadsheets.
+"""Export rows of the store as CSV, JSON lines or JSON: inert for spreadsheets, secrets masked.
 
 Rows come from :func:`~.queries.stream_rows` (EXPORT_COLUMNS order, JSON
 columns as their JSON text), so a million rows stream in constant memory.
+The stored request in each row's envelope has the values of its secret
+headers masked (:func:`scrapy_retryqueue.redact.mask_request`) unless the
+caller passes no secret names.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
+import io
 import json
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import IO, Any
 
+from ..redact import mask_envelope
 from .queries import EXPORT_COLUMNS, JSON_COLUMNS, TIME_COLUMNS
 
 FORMATS = ("csv", "jsonl", "json")
@@ -78,17 +84,97 @@ def json_object(row: tuple[Any, ...]) -> str:
     )
 
 
+#: The column that holds the stored request (its envelope's ``request``).
+_ENVELOPE = EXPORT_COLUMNS.index("envelope")
+
+
+def csv_header() -> str:
+    """The first line of a csv export, as written (line end included)."""
+    line = io.StringIO()
+    csv.writer(line).writerow(EXPORT_COLUMNS)
+    return line.getvalue()
+
+
+@functools.lru_cache(maxsize=8)
+def _needles(secret: frozenset[str]) -> tuple[str, ...]:
+    """Lower-case text that the JSON of an envelope holding a secret header contains.
+
+    The bare names, without their quotes (a needle ending in a quote is slow
+    to find in JSON), and none that contains another: "authorization" finds
+    "proxy-authorization" too, "cookie" finds the "cookies" that
+    mask_request also masks. A name found elsewhere (in a URL, say) only
+    costs the row a decoding.
+    """
+    names = sorted(secret, key=len)
+    needles: list[str] = []
+    for name in names:
+        if not any(needle in name for needle in needles):
+            needles.append(name)
+    return tuple(needles)
+
+
+def masked_envelope(text: str | None, secret: frozenset[str]) -> str | None:
+    """An envelope's JSON text with the values of its secret request headers masked.
+
+    Text that cannot hold one (no secret name appears in it, quoted, whatever
+    the case) is returned as it is, without decoding: most rows of a large
+    export are not decoded at all. The text was written by this package's
+    json.dumps or PostgreSQL's jsonb output, neither of which escapes an ASCII
+    letter, so a header name appears in it as itself.
+    """
+    if text is None or not secret:
+        return text
+    lowered = text.lower()
+    for needle in _needles(secret):
+        if needle in lowered:
+            break
+    else:
+        return text
+    try:
+        envelope = json.loads(text)
+    except ValueError:
+        return text  # not JSON: shown as stored (a malformed dead letter keeps its raw text)
+    masked = mask_envelope(envelope, secret)
+    if masked is envelope:
+        return text
+    return json.dumps(masked, ensure_ascii=False, separators=(",", ":"))
+
+
+def masked_rows(
+    rows: Iterator[tuple[Any, ...]], secret: frozenset[str]
+) -> Iterator[tuple[Any, ...]]:
+    """*rows* with the stored request of each masked (see :func:`masked_envelope`)."""
+    for row in rows:
+        text = row[_ENVELOPE]
+        shown = masked_envelope(text, secret)
+        if shown is not text:
+            row = (*row[:_ENVELOPE], shown, *row[_ENVELOPE + 1 :])
+        yield row
+
+
 def write_rows(
-    rows: Iterator[tuple[Any, ...]], fmt: str, out: IO[str], advance: Callable[[], None]
+    rows: Iterator[tuple[Any, ...]],
+    fmt: str,
+    out: IO[str],
+    advance: Callable[[], None],
+    *,
+    secret: frozenset[str] = frozenset(),
+    header: bool = True,
 ) -> int:
     """Write rows (EXPORT_COLUMNS order) as csv, jsonl or json; returns how many.
 
-    *advance* is called after each row (a progress line).
+    *advance* is called after each row (a progress line). The values of the
+    request headers named in *secret* (lower case, RETRYQUEUE_SECRET_HEADERS)
+    are masked; an empty *secret* writes them as stored. *header*: False
+    leaves out the csv header (rows appended to an export).
     """
+    if secret:
+        rows = masked_rows(rows, secret)
     n = 0
     if fmt == "csv":
         writer = csv.writer(out)
-        writer.writerow(EXPORT_COLUMNS)
+        if header:
+            writer.writerow(EXPORT_COLUMNS)
         for row in rows:
             writer.writerow([csv_cell(value) for value in row])
             n += 1

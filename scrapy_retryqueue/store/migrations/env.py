@@ -3,6 +3,10 @@
 The store runs them itself (``scrapy deadletters migrate``), passing a
 connection in ``config.attributes["connection"]``; the plain ``alembic`` CLI
 works too with ``sqlalchemy.url`` set in its config.
+
+It never configures logging (no ``fileConfig``): the crawl or command that runs
+it owns the log, and the store logs Alembic's INFO lines at DEBUG
+(``store.db.alembic_at_debug``).
 """
 
 from __future__ import annotations

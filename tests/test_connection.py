@@ -1,0 +1,220 @@
+"""Redis clients from settings: scrapy-redis's REDIS_PARAMS, REDIS_DB and REDIS_ENCODING are
+honoured through scrapy-redis's own connection helper, the queue's own arguments win, and
+RETRYQUEUE_REDIS_URL still names the server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+import pytest
+import redis
+from scrapy.settings import Settings
+
+from scrapy_retryqueue import embedded
+from scrapy_retryqueue.config import load_config
+from scrapy_retryqueue.connection import check_reachable, client_for
+from scrapy_retryqueue.defaults import REDIS_CONNECT_TIMEOUT, REDIS_SOCKET_TIMEOUT
+from scrapy_retryqueue.exceptions import ConfigError
+
+#: A database of the shared Redis other than the tests' own 0; only this test's keys
+#: are written there, and they are deleted afterwards.
+OTHER_DB = 9
+
+
+def client_of(settings: dict[str, Any], tmp_path: Path) -> Any:
+    return client_for(load_config(Settings(settings)), embedded_directory=tmp_path)[0]
+
+
+def kwargs_of(client: Any) -> dict[str, Any]:
+    return client.connection_pool.connection_kwargs
+
+
+def without_db(url: str) -> str:
+    """*url* with no database in its path, so that REDIS_PARAMS or REDIS_DB chooses it."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+# -- which arguments a client gets (no server needed: redis-py connects lazily) ----------
+
+
+def test_redis_params_reach_the_client_and_the_queue_keeps_its_own_arguments(
+    tmp_path: Path,
+) -> None:
+    params = {
+        "db": 4,
+        "password": "s3cret",
+        "client_name": "crawler",
+        # The queue's own: ignored.
+        "socket_timeout": 99,
+        "socket_connect_timeout": 99,
+        "retry_on_timeout": True,
+        "decode_responses": True,
+    }
+    client = client_of(
+        {"REDIS_URL": "redis://redis.internal:6380", "REDIS_PARAMS": params}, tmp_path
+    )
+    kwargs = kwargs_of(client)
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("redis.internal", 6380, 4)
+    assert (kwargs["password"], kwargs["client_name"]) == ("s3cret", "crawler")
+    assert kwargs["socket_timeout"] == REDIS_SOCKET_TIMEOUT
+    assert kwargs["socket_connect_timeout"] == REDIS_CONNECT_TIMEOUT
+    assert kwargs["retry_on_timeout"] is False
+    assert kwargs["decode_responses"] is False
+    assert client.get_retry().get_retries() == 0  # no silent retry
+    client.close()
+
+
+def test_the_json_text_of_redis_params_from_the_command_line_is_read(tmp_path: Path) -> None:
+    client = client_of(
+        {"REDIS_URL": "redis://h:6379", "REDIS_PARAMS": '{"db": 3}', "REDIS_ENCODING": "latin-1"},
+        tmp_path,
+    )
+    assert (kwargs_of(client)["db"], kwargs_of(client)["encoding"]) == (3, "latin-1")
+    client.close()
+
+
+def test_redis_db_wins_over_redis_params_and_a_database_in_the_url_over_both(
+    tmp_path: Path,
+) -> None:
+    # scrapy-redis's order: REDIS_DB over REDIS_PARAMS['db']; redis-py's: the URL over both.
+    settings = {"REDIS_URL": "redis://h:6379", "REDIS_PARAMS": {"db": 3}, "REDIS_DB": 5}
+    assert kwargs_of(client_of(settings, tmp_path))["db"] == 5
+    settings["REDIS_URL"] = "redis://h:6379/2"
+    assert kwargs_of(client_of(settings, tmp_path))["db"] == 2
+
+
+def test_retryqueue_redis_url_still_wins_and_takes_the_redis_params(tmp_path: Path) -> None:
+    settings = {
+        "RETRYQUEUE_REDIS_URL": "redis://queue.internal:6379",
+        "REDIS_URL": "redis://scheduler.internal:6379",
+        "REDIS_PARAMS": {"db": 6},
+    }
+    config = load_config(Settings(settings))
+    assert config.redis_url_setting == "RETRYQUEUE_REDIS_URL"
+    kwargs = kwargs_of(client_for(config, embedded_directory=tmp_path)[0])
+    assert (kwargs["host"], kwargs["db"]) == ("queue.internal", 6)
+
+
+@pytest.mark.parametrize(
+    ("settings", "url", "setting"),
+    [
+        ({"REDIS_PARAMS": {"url": "redis://p.internal:7000"}}, "redis://p.internal:7000", "REDIS_PARAMS['url']"),
+        ({"REDIS_PARAMS": {"host": "p.internal"}}, "redis://p.internal:6379", "REDIS_HOST/REDIS_PORT"),
+        ({"REDIS_PARAMS": {"host": "p.internal", "port": 7001}, "REDIS_HOST": "h.internal"}, "redis://h.internal:7001", "REDIS_HOST/REDIS_PORT"),
+        ({"REDIS_PARAMS": {"url": "redis://p.internal:7000"}, "REDIS_URL": "redis://u.internal:1"}, "redis://u.internal:1", "REDIS_URL"),
+        ({"REDIS_PARAMS": {"db": 1}}, None, "RETRYQUEUE_EMBEDDED_DIR"),
+    ],
+)  # fmt: skip
+def test_a_server_named_in_redis_params_is_the_one_scrapy_redis_uses(
+    settings: dict[str, Any], url: str | None, setting: str
+) -> None:
+    config = load_config(Settings(settings))
+    assert (config.redis_url, config.redis_url_setting) == (url, setting)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"password": "pw"', "REDIS_PARAMS must be a dict of redis-py client arguments (or its JSON text); the text given is not valid JSON"),
+        (["pw"], "REDIS_PARAMS must be a dict of redis-py client arguments, got a list"),
+    ],
+)  # fmt: skip
+def test_a_bad_redis_params_is_named_without_showing_its_value(value: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(Settings({"REDIS_URL": "redis://h:6379", "REDIS_PARAMS": value}))
+    assert str(info.value) == message
+    assert "pw" not in str(info.value)
+
+
+def test_the_embedded_server_does_not_take_the_redis_params(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    socket = tmp_path / "valkey.sock"
+    monkeypatch.setattr(embedded, "ensure_server", lambda directory: f"unix://{socket}")
+    config = load_config(Settings({"REDIS_PARAMS": {"password": "for-the-scheduler", "db": 4}}))
+    client, url = client_for(config, embedded_directory=tmp_path)
+    kwargs = kwargs_of(client)
+    assert url == f"unix://{socket}"
+    assert kwargs["path"] == str(socket)
+    assert "password" not in kwargs or kwargs["password"] is None
+    assert kwargs.get("db", 0) == 0
+    client.close()
+
+
+def test_scrapy_redis_makes_the_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client comes from scrapy_redis.connection.get_redis_from_settings, not a copy of it."""
+    import scrapy_redis.connection
+
+    seen: list[dict[str, Any]] = []
+    real = scrapy_redis.connection.get_redis
+
+    def spy(**kwargs: Any) -> Any:
+        seen.append(dict(kwargs))
+        return real(**kwargs)
+
+    monkeypatch.setattr(scrapy_redis.connection, "get_redis", spy)
+    client_of({"REDIS_URL": "redis://h:6379", "REDIS_PARAMS": {"db": 2}}, tmp_path).close()
+    assert len(seen) == 1
+    assert (seen[0]["url"], seen[0]["db"], seen[0]["redis_cls"]) == (
+        "redis://h:6379",
+        2,
+        redis.Redis,
+    )
+    assert seen[0]["encoding"] == "utf-8"  # scrapy-redis's default, under the project's
+
+
+# -- against the real Redis -----------------------------------------------------------------
+
+
+@pytest.fixture
+def other_db(redis_url: str) -> Iterator[dict[str, Any]]:
+    """A key of this test's own in database OTHER_DB of the shared Redis, deleted after."""
+    key = f"retryqueue-test:{uuid4().hex}"
+    direct = redis.Redis.from_url(without_db(redis_url), db=OTHER_DB)
+    yield {"key": key, "client": direct, "url": without_db(redis_url)}
+    direct.delete(key)
+    direct.close()
+
+
+def test_writes_land_in_the_database_redis_params_names(
+    other_db: dict[str, Any], redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    settings = {"RETRYQUEUE_REDIS_URL": other_db["url"], "REDIS_PARAMS": {"db": OTHER_DB}}
+    client = client_of(settings, tmp_path)
+    client.set(other_db["key"], b"here")
+    client.close()
+    assert other_db["client"].get(other_db["key"]) == b"here"
+    assert redis_client.get(other_db["key"]) is None  # not in the tests' database
+
+
+def test_the_start_check_uses_the_redis_params_too(redis_url: str) -> None:
+    # A database the server does not have: the check fails as the crawl's client would.
+    wrong = load_config(
+        Settings({"REDIS_URL": without_db(redis_url), "REDIS_PARAMS": {"db": 100_000}})
+    )
+    with pytest.raises(redis.RedisError):
+        check_reachable(wrong, timeout=2)
+    right = load_config(Settings({"REDIS_URL": without_db(redis_url), "REDIS_PARAMS": {"db": 1}}))
+    check_reachable(right, timeout=2)
+
+
+def test_a_cluster_client_takes_the_redis_params_too(
+    redis_cluster_url: str, tmp_path: Path
+) -> None:
+    from redis.cluster import RedisCluster
+
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_cluster_url,
+        "RETRYQUEUE_REDIS_CLUSTER": True,
+        "REDIS_PARAMS": {"client_name": "retryqueue-test"},
+    }
+    client = client_of(settings, tmp_path)
+    assert isinstance(client, RedisCluster)
+    assert client.ping()
+    assert client.client_getname(target_nodes=RedisCluster.RANDOM) == "retryqueue-test"
+    client.close()
