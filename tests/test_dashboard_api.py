@@ -26,7 +26,7 @@ from scrapy_retryqueue.keys import keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 
-from .servers import PortTaken, listens_as, start_on_free_port
+from .servers import listens_as
 from .storecli import scrapy
 from .waiting import wait_for
 
@@ -550,33 +550,22 @@ def test_the_command_serves_the_dashboard(tmp_path: Path, dashboard_data: dict[s
     settings = dashboard_data["settings"]
     env = {**os.environ, "RETRYQUEUE_DASHBOARD_TOKEN": TOKEN}
 
-    def serve(port: int) -> tuple[int, subprocess.Popen[str]]:
-        command = [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "dashboard"]
-        command += ["--port", str(port), "--redis-url", settings["RETRYQUEUE_REDIS_URL"]]
-        command += ["--database-url", settings["RETRYQUEUE_DATABASE_URL"]]
-        server = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-        assert server.stderr is not None
-        try:
-            line = server.stderr.readline()
-            assert line.strip() == f"dashboard on http://127.0.0.1:{port}/ (actions need the token)"
-            # Started once this process listens on the port; it exits when the port is taken.
-            wait_for(
-                lambda: server.poll() is not None or listens_as(server.pid, port),
-                "the dashboard to listen",
-                timeout=15,
-            )
-            if server.poll() is not None:
-                error = server.stderr.read()
-                if "address already in use" in error.lower():
-                    raise PortTaken(port)
-                pytest.fail(f"the dashboard exited ({server.returncode}): {error}")
-        except BaseException:
-            server.kill()
-            server.wait(10)
-            raise
-        return port, server
-
-    port, server = start_on_free_port(serve, "the dashboard command")
+    # Port 0: the command opens a free port itself and says which one.
+    command = [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "dashboard", "--port", "0"]
+    command += ["--redis-url", settings["RETRYQUEUE_REDIS_URL"]]
+    command += ["--database-url", settings["RETRYQUEUE_DATABASE_URL"]]
+    server = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    assert server.stderr is not None
+    line = server.stderr.readline().strip()
+    found = re.fullmatch(
+        r"dashboard on http://127\.0\.0\.1:(\d+)/ \(actions need the token\)", line
+    )
+    if found is None:
+        server.kill()
+        server.wait(10)
+        pytest.fail(f"the dashboard said {line!r}")
+    port = int(found[1])
+    wait_for(lambda: listens_as(server.pid, port), "the dashboard to listen", timeout=15)
     try:
         with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/api/overview?spider={dashboard_data['spider']}",
