@@ -84,6 +84,15 @@ class Running:
     spider_middleware: RetryQueueSpiderMiddleware
     extension: RetryQueueExtension
     reactor: ReactorThread
+    #: Set by close(): the engine sends spider_closed once, so the fixture must not again.
+    closed: bool = False
+
+    def close(self, reason: str = "finished") -> None:
+        """Send spider_closed as the engine does at the end of the crawl."""
+        self.closed = True
+        self.reactor.run(
+            _send, self.crawler, signals.spider_closed, spider=self.spider, reason=reason
+        )
 
     def stat(self, name: str) -> Any:
         assert self.crawler.stats is not None
@@ -115,13 +124,16 @@ async def _send(crawler: Crawler, signal: object, **kwargs: Any) -> None:
     manager = crawler.signals
     if hasattr(manager, "send_catch_log_async"):
         results = await manager.send_catch_log_async(signal, **kwargs)
-    else:  # Scrapy < 2.13
+    else:  # Scrapy < 2.14
         from scrapy.utils.defer import maybe_deferred_to_future
 
         results = await maybe_deferred_to_future(manager.send_catch_log_deferred(signal, **kwargs))
     for receiver, result in results:
-        if isinstance(result, Failure):
-            raise AssertionError(f"{receiver} failed") from result.value
+        # send_catch_log_async (Scrapy 2.14+) gives the exception itself, the
+        # Deferred form a Failure: either is a handler that failed.
+        error = result.value if isinstance(result, Failure) else result
+        if isinstance(error, BaseException):
+            raise AssertionError(f"{receiver} failed") from error
 
 
 def _settings(tmp_path: Path, **settings: Any) -> dict[str, Any]:
@@ -166,13 +178,8 @@ def open_components(
 
     yield open_
     for running in opened:
-        reactor_thread.run(
-            _send,
-            running.crawler,
-            signals.spider_closed,
-            spider=running.spider,
-            reason="finished",
-        )
+        if not running.closed:
+            running.close()
 
 
 def _envelope(client: redis.Redis, key: str, task_id: str) -> dict[str, Any]:
@@ -425,13 +432,7 @@ def test_a_crawl_that_closes_with_retries_pending_says_why_and_what_is_left(
     wait_for(
         lambda: _idle(running) == "close: retryqueue_work_left", "the close reason", timeout=10
     )
-    running.reactor.run(
-        _send,
-        running.crawler,
-        signals.spider_closed,
-        spider=running.spider,
-        reason="retryqueue_work_left",
-    )
+    running.close("retryqueue_work_left")
     assert running.stat("retryqueue/left/pending") == 1
     [last] = [r.getMessage() for r in caplog.records if "pending retry in Redis" in r.getMessage()]
     assert f"retryqueue:{{{spider_name}}}:due" in last
