@@ -204,10 +204,7 @@ class RetryQueueExtension:
             FINISH_REASON_KEY_MISSING,
         )
         engine = self.crawler.engine
-        if hasattr(engine, "close_spider_async"):
-            deferred_from_coro(engine.close_spider_async(reason=FINISH_REASON_KEY_MISSING))
-        else:  # Scrapy < 2.14
-            engine.close_spider(self.runtime.spider, FINISH_REASON_KEY_MISSING)
+        deferred_from_coro(engine.close_spider_async(reason=FINISH_REASON_KEY_MISSING))
 
     # -- keeping the spider open --------------------------------------------
 
@@ -379,10 +376,7 @@ class RetryQueueExtension:
         response = Response(request.url, request=request, flags=[REPLAY_FLAG])
         self.runtime.reporter.count("retryqueue/item_replay/replayed")
         scraper = self.crawler.engine.scraper
-        if hasattr(scraper, "start_itemproc_async"):
-            await scraper.start_itemproc_async(item, response=response)
-        else:  # Scrapy < 2.14
-            await maybe_deferred_to_future(scraper.start_itemproc(item, response=response))
+        await scraper.start_itemproc_async(item, response=response)
 
     def request_dropped(self, request: Request, spider: Spider) -> None:
         self.runtime.ack(request, ignored=True)
