@@ -49,7 +49,7 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
     from scrapy_retryqueue.keys import keys_for
 
     config = load_config(get_project_settings())
-    client, url = client_for(config.redis_url, embedded_directory=embedded_dir(config.embedded_dir))
+    client, url = client_for(config, embedded_directory=embedded_dir(config.embedded_dir))
     keys = keys_for(spider)
     scheduled: collections.Counter[str] = collections.Counter()
     dead: collections.Counter[str] = collections.Counter()
