@@ -20,7 +20,7 @@ sys.path.insert(0, str(PROJECT))
 from flaky_site import RunningSite as Site  # noqa: E402
 from flaky_site import spawn as flaky_site  # noqa: E402
 
-__all__ = ["Crawl", "Site", "crawl", "flaky_site", "read_crawl", "start_crawl"]
+__all__ = ["Crawl", "Site", "crawl", "flaky_site", "read_crawl", "start_crawl", "stat_of"]
 
 
 def crawl_command(
@@ -81,3 +81,12 @@ def start_crawl(
         text=True,
     )
     return process, out
+
+
+def stat_of(log: str, name: str) -> int | None:
+    """A stat from the crawl's closing dump in *log*, None when it was not counted."""
+    marker = f"'{name}': "
+    at = log.rfind(marker)
+    if at < 0:
+        return None
+    return int(log[at + len(marker) :].split(",", 1)[0].split("}", 1)[0])

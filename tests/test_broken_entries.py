@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,9 @@ import redis
 import sqlalchemy
 
 from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.keys import keys_for
 
-from .crawling import Site, crawl, flaky_site
+from .crawling import Site, crawl, flaky_site, stat_of
 
 pytestmark = pytest.mark.e2e
 
@@ -45,29 +44,11 @@ def site() -> Iterator[Site]:
         yield running
 
 
-@pytest.fixture
-def namespace(redis_url: str) -> Iterator[str]:
-    name = f"broken{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
-
-
-def stat(log: str, name: str) -> int | None:
-    """A stat from the crawl's closing dump, None when it was not counted."""
-    marker = f"'{name}': "
-    at = log.rfind(marker)
-    if at < 0:
-        return None
-    return int(log[at + len(marker) :].split(",", 1)[0].split("}", 1)[0])
-
-
 def test_a_crawl_among_broken_entries_fetches_every_good_page_and_reports_each(
-    site: Site, namespace: str, redis_url: str, tmp_path: Path
+    site: Site, spider_name: str, redis_url: str, tmp_path: Path
 ) -> None:
     client = redis.Redis.from_url(redis_url)
-    keys = keys_for(namespace)
+    keys = keys_for(spider_name)
     now = int(time.time() * 1000)
     good = site.pages("ok")[:GOOD]
     assert len(good) == GOOD
@@ -76,7 +57,7 @@ def test_a_crawl_among_broken_entries_fetches_every_good_page_and_reports_each(
     for n, url in enumerate(good):
         task = Task(
             id=f"good-{n:02d}",
-            spider=namespace,
+            spider=spider_name,
             request={"url": url, "callback": "parse_page"},
             attempts={"timeout": 1},
             kind="timeout",
@@ -93,7 +74,7 @@ def test_a_crawl_among_broken_entries_fetches_every_good_page_and_reports_each(
 
     done = crawl(
         site.url,
-        namespace,
+        spider_name,
         tmp_path,
         {
             **SETTINGS,
@@ -108,14 +89,14 @@ def test_a_crawl_among_broken_entries_fetches_every_good_page_and_reports_each(
     # Every good page fetched and parsed, once; nothing left behind.
     assert sorted(item["url"] for item in done.items) == sorted(good)
     assert "poll failed" not in done.log
-    assert stat(done.log, "retryqueue/dead/poison") is None
-    assert stat(done.log, "retryqueue/reinjected") == GOOD
-    assert stat(done.log, "retryqueue/recovered") == GOOD
+    assert stat_of(done.log, "retryqueue/dead/poison") is None
+    assert stat_of(done.log, "retryqueue/reinjected") == GOOD
+    assert stat_of(done.log, "retryqueue/recovered") == GOOD
     # Both bad entries reported: a log line each, stats, dead letters of kind malformed.
     assert "task 'bad-utf8' is malformed (envelope is not JSON: 'utf-8' codec" in done.log
     assert "1 task id(s) in the due set had no envelope ('ghost-id')" in done.log
-    assert stat(done.log, "retryqueue/dead/malformed") == 2
-    assert stat(done.log, "retryqueue/ghosts") == 1
+    assert stat_of(done.log, "retryqueue/dead/malformed") == 2
+    assert stat_of(done.log, "retryqueue/ghosts") == 1
     assert client.zcard(keys.due) == client.zcard(keys.leased) == 0
 
     # The store writer kept both as dead letters (and took them out of Redis);
@@ -129,7 +110,7 @@ def test_a_crawl_among_broken_entries_fetches_every_good_page_and_reports_each(
                     "SELECT task_id, status, kind, envelope FROM retryqueue_tasks "
                     "WHERE spider = :spider AND status = 'dead'"
                 ),
-                {"spider": namespace},
+                {"spider": spider_name},
             )
         }
     engine.dispose()

@@ -9,7 +9,6 @@ crawl with one error line naming the setting and loses nothing.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from scrapy_retryqueue.encryption import FIELD, RequestCipher
 from scrapy_retryqueue.envelope import Task, task_from_json
 from scrapy_retryqueue.keys import all_keys, keys_for
 
-from .crawling import Site, crawl, flaky_site
+from .crawling import Site, crawl, flaky_site, stat_of
 
 pytestmark = pytest.mark.e2e
 
@@ -46,32 +45,15 @@ def site() -> Iterator[Site]:
         yield running
 
 
-@pytest.fixture
-def namespace(redis_url: str) -> Iterator[str]:
-    name = f"enc{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
-
-
-def stat(log: str, name: str) -> int | None:
-    marker = f"'{name}': "
-    at = log.rfind(marker)
-    if at < 0:
-        return None
-    return int(log[at + len(marker) :].split(",", 1)[0].split("}", 1)[0])
-
-
 def test_no_secret_header_value_at_rest_or_in_logs_and_retries_still_recover(
-    site: Site, namespace: str, redis_url: str, tmp_path: Path
+    site: Site, spider_name: str, redis_url: str, tmp_path: Path
 ) -> None:
     key = Fernet.generate_key().decode()
     store = tmp_path / "store.sqlite3"
     audit = tmp_path / "audit.jsonl"
     done = crawl(
         site.url,
-        namespace,
+        spider_name,
         tmp_path,
         {
             **SETTINGS,
@@ -91,12 +73,12 @@ def test_no_secret_header_value_at_rest_or_in_logs_and_retries_still_recover(
     )
     assert done.returncode == 0, done.log[-3000:]
     # Re-injected retries were opened with the key and recovered.
-    assert (stat(done.log, "retryqueue/recovered") or 0) >= 5
-    assert stat(done.log, "retryqueue/encryption/key_missing") is None
-    assert stat(done.log, "retryqueue/dead/malformed") is None
+    assert (stat_of(done.log, "retryqueue/recovered") or 0) >= 5
+    assert stat_of(done.log, "retryqueue/encryption/key_missing") is None
+    assert stat_of(done.log, "retryqueue/dead/malformed") is None
 
     client = redis.Redis.from_url(redis_url)
-    keys = keys_for(namespace)
+    keys = keys_for(spider_name)
     # Parse retries wait in Redis, their requests encrypted.
     waiting = [task_from_json(raw) for raw in client.hvals(keys.tasks)]
     assert waiting, "no task left in Redis to look at"
@@ -119,9 +101,9 @@ def test_no_secret_header_value_at_rest_or_in_logs_and_retries_still_recover(
     assert audit.read_text().count('"event":') > 10
 
 
-def seed(client: redis.Redis, namespace: str, urls: list[str], key: bytes) -> list[str]:
+def seed(client: redis.Redis, spider_name: str, urls: list[str], key: bytes) -> list[str]:
     """Tasks due now whose requests were encrypted under *key*, as a crawl writes them."""
-    keys = keys_for(namespace)
+    keys = keys_for(spider_name)
     cipher = RequestCipher([key])
     now = int(time.time() * 1000)
     ids = []
@@ -129,7 +111,7 @@ def seed(client: redis.Redis, namespace: str, urls: list[str], key: bytes) -> li
         request = {"url": url, "callback": "parse_page", "headers": [["Authorization", SECRET]]}
         task = Task(
             id=f"sealed-{n:02d}",
-            spider=namespace,
+            spider=spider_name,
             request=cipher.seal(request),
             attempts={"timeout": 1},
             kind="timeout",
@@ -144,13 +126,13 @@ def seed(client: redis.Redis, namespace: str, urls: list[str], key: bytes) -> li
 
 
 def test_a_missing_key_stops_the_crawl_losing_nothing_and_a_rotation_reads_old_tasks(
-    site: Site, namespace: str, redis_url: str, tmp_path: Path
+    site: Site, spider_name: str, redis_url: str, tmp_path: Path
 ) -> None:
     client = redis.Redis.from_url(redis_url)
-    keys = keys_for(namespace)
+    keys = keys_for(spider_name)
     old, new = Fernet.generate_key(), Fernet.generate_key()
     urls = site.pages("ok")[:8]
-    seed(client, namespace, urls, old)
+    seed(client, spider_name, urls, old)
     common = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_STORE_ENABLED": False}
 
     for keys_listed, fragment in (
@@ -159,7 +141,7 @@ def test_a_missing_key_stops_the_crawl_losing_nothing_and_a_rotation_reads_old_t
     ):
         stopped = crawl(
             site.url,
-            namespace,
+            spider_name,
             tmp_path,
             {**common, "RETRYQUEUE_ENCRYPTION_KEYS": keys_listed},
             "-a",
@@ -170,7 +152,7 @@ def test_a_missing_key_stops_the_crawl_losing_nothing_and_a_rotation_reads_old_t
         assert len(errors) == 1, errors
         assert fragment in errors[0] and "the crawl stops" in errors[0]
         assert "'finish_reason': 'retryqueue_encryption_key_missing'" in stopped.log
-        assert stat(stopped.log, "retryqueue/encryption/key_missing") == 1
+        assert stat_of(stopped.log, "retryqueue/encryption/key_missing") == 1
         assert stopped.items == []
         # Nothing lost, nothing dead: every task is due again, for a node with the key.
         assert client.zcard(keys.due) == len(urls)
@@ -178,7 +160,7 @@ def test_a_missing_key_stops_the_crawl_losing_nothing_and_a_rotation_reads_old_t
 
     rotated = crawl(
         site.url,
-        namespace,
+        spider_name,
         tmp_path,
         {**common, "RETRYQUEUE_ENCRYPTION_KEYS": [new.decode(), old.decode()]},
         "-a",
@@ -186,6 +168,6 @@ def test_a_missing_key_stops_the_crawl_losing_nothing_and_a_rotation_reads_old_t
     )
     assert rotated.returncode == 0, rotated.log[-3000:]
     assert sorted(item["url"] for item in rotated.items) == sorted(urls)
-    assert stat(rotated.log, "retryqueue/recovered") == len(urls)
+    assert stat_of(rotated.log, "retryqueue/recovered") == len(urls)
     assert client.zcard(keys.due) == client.zcard(keys.leased) == 0
     client.close()
