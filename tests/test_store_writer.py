@@ -352,6 +352,25 @@ def test_a_dead_letter_is_removed_from_redis_only_for_the_death_that_was_stored(
     assert not queue.client.hexists(queue.keys.deadtasks, "a")
 
 
+def test_forgetting_stored_dead_letters_acknowledges_their_batch_in_the_same_call(
+    queue: RedisDelayedQueue, make_task: MakeTask
+) -> None:
+    queue.deadletter(make_task("a", dead_kind="timeout"), None, now=T0 + 500)
+    queue.deadletter(make_task("b", dead_kind="timeout"), None, now=T0 + 600)
+    stream = EventStream(queue.client, queue.keys.spider, consumer="w")
+    entries = stream.read_new(10, 0)
+    assert stream.pending_count() == len(entries) == 2
+    # Only "a" was stored: "b" stays in Redis, but the whole batch is acknowledged.
+    assert stream.forget_dead([("a", T0 + 500)], acks=[e[0] for e in entries]) == 1
+    assert stream.pending_count() == 0
+    assert queue.client.zrange(queue.keys.dead, 0, -1) == [b"b"]
+    # Entries to acknowledge and no death stored: still acknowledged.
+    queue.deadletter(make_task("c", dead_kind="timeout"), None, now=T0 + 700)
+    assert stream.forget_dead([], acks=[e[0] for e in stream.read_new(10, 0)]) == 0
+    assert stream.pending_count() == 0
+    assert queue.client.zcard(queue.keys.dead) == 2
+
+
 def test_entries_a_dead_consumer_read_are_taken_over(
     store: Store, queue: RedisDelayedQueue, make_task: MakeTask, make_sync: Callable[..., EventSync]
 ) -> None:
