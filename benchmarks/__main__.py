@@ -22,13 +22,38 @@ from pathlib import Path
 
 import scrapy
 
-from . import faults, latency, memory, overhead, queue_ops, scale
+from . import deadletters, faults, latency, memory, overhead, queue_ops, retrycost, scale
 from .common import ROOT, own_redis
 
 #: name -> (module, runs it gets at most, targets: figure -> (check, text))
 Target = tuple[Callable[[float], bool], str]
 BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
-    "overhead": (overhead, 5, {"ratio": (lambda v: v >= 0.97, ">= 0.97")}),
+    "overhead": (
+        overhead,
+        5,
+        {
+            "ratio": (lambda v: v >= 0.97, ">= 0.97"),
+            "CPU ratio": (lambda v: v <= 1.05, "<= 1.05"),
+        },
+    ),
+    "deadletters": (
+        deadletters,
+        5,
+        {
+            f"{status} ({store}) {figure}": check
+            for status in deadletters.SECTIONS
+            for store in ("sqlite", "pg")
+            for figure, check in (
+                ("pages/s ratio", (lambda v: v >= 0.9, ">= 0.9")),
+                ("CPU ratio", (lambda v: v <= 1.15, "<= 1.15")),
+            )
+        },
+    ),
+    "retry": (
+        retrycost,
+        5,
+        {"ours retry ÷ healthy page": (lambda v: v <= 1.5, "<= 1.5")},
+    ),
     "faults": (faults, 3, {"ours fetched": (lambda v: v == 1.0, "= 1.0")}),
     "queue": (
         queue_ops,
