@@ -22,7 +22,17 @@ from pathlib import Path
 
 import scrapy
 
-from . import deadletters, faults, latency, memory, overhead, queue_ops, retrycost, scale
+from . import (
+    deadletters,
+    faults,
+    latency,
+    memory,
+    overhead,
+    parsers,
+    queue_ops,
+    retrycost,
+    scale,
+)
 from .common import ROOT, own_redis
 
 #: name -> (module, runs it gets at most, targets: figure -> (check, text))
@@ -73,6 +83,7 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
         },
     ),
     "scale": (scale, 3, {}),
+    "hiredis": (parsers, 5, {}),
 }
 
 
