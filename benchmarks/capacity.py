@@ -97,16 +97,22 @@ class Servers:
         for client in self.clients:
             client.config_resetstat()
 
-    def snapshot(self) -> dict[str, float]:
-        """Commands, bytes and CPU seconds since the last reset, summed over the servers."""
-        total: dict[str, float] = {"commands": 0, "scripts": 0, "in": 0, "out": 0, "cpu": 0.0}
-        total["cpu_max"] = 0.0
+    def snapshot(self) -> dict[str, Any]:
+        """Commands, bytes and CPU seconds since the last reset, summed over the
+        servers; ``cpu_each``: each server's CPU seconds so far; ``calls``: calls
+        per command."""
+        total: dict[str, Any] = {"commands": 0, "scripts": 0, "in": 0, "out": 0, "cpu": 0.0}
+        total["cpu_each"] = []
+        total["calls"] = {}
         for client in self.clients:
             stats = client.info("commandstats")
             net = client.info("stats")
             cpu = client.info("cpu")
             # The INFO calls themselves are not the workload's.
             calls = {k: v for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config")}
+            for name, value in calls.items():
+                command = name.removeprefix("cmdstat_")
+                total["calls"][command] = total["calls"].get(command, 0) + value["calls"]
             total["commands"] += sum(v["calls"] for v in calls.values())
             total["scripts"] += sum(
                 v["calls"] for k, v in calls.items() if k in ("cmdstat_evalsha", "cmdstat_eval")
@@ -115,7 +121,7 @@ class Servers:
             total["out"] += net["total_net_output_bytes"]
             seconds = cpu["used_cpu_user"] + cpu["used_cpu_sys"]
             total["cpu"] += seconds
-            total["cpu_max"] = max(total["cpu_max"], seconds)
+            total["cpu_each"].append(seconds)
         return total
 
 
@@ -242,6 +248,7 @@ class PhaseCost:
     #: Largest share of one server's CPU in the phase (1/3 when a cluster is even).
     busiest: float
     seconds: float
+    calls: dict[str, int] = field(default_factory=dict)
 
     def per_task(self) -> dict[str, float]:
         n = max(1, self.tasks)
@@ -262,6 +269,7 @@ def measure_phase(
     seconds = run_paced(nodes, jobs, rate)
     after = servers.snapshot()
     cpu = after["cpu"] - before["cpu"]
+    each = [a - b for a, b in zip(after["cpu_each"], before["cpu_each"], strict=True)]
     return PhaseCost(
         tasks=0,  # the caller knows how many tasks the phase handled
         commands=after["commands"],
@@ -269,8 +277,9 @@ def measure_phase(
         bytes_in=after["in"],
         bytes_out=after["out"],
         cpu_us=cpu * 1e6,
-        busiest=(after["cpu_max"] - before["cpu_max"]) / cpu if cpu > 0 else 0.0,
+        busiest=max(each) / cpu if cpu > 0 else 0.0,
         seconds=seconds,
+        calls=after["calls"],
     )
 
 
@@ -444,6 +453,14 @@ def table(kind: str, rows: dict[int, dict[str, PhaseCost]]) -> str:
                 f"| {p['bytes in']:.0f} | {p['bytes out']:.0f} | {p['server CPU µs']:.1f} "
                 f"| {cost.busiest:.0%} |"
             )
+    for batch in (min(rows), max(rows)):
+        lines += ["", f"Commands per task, batch {batch}:", ""]
+        for name, cost in rows[batch].items():
+            mix = ", ".join(
+                f"{command} {n / max(1, cost.tasks):.2f}"
+                for command, n in sorted(cost.calls.items(), key=lambda kv: -kv[1])
+            )
+            lines.append(f"- {name}: {mix}")
     return "\n".join(lines)
 
 

@@ -59,9 +59,21 @@ class EventStream:
         self._group_ready = True
 
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
-        reply = self.client.xreadgroup(
-            self.group, self.consumer, {self.keys.events: start}, count=count, block=block_ms
-        )
+        if hasattr(self.client, "get_node_from_key"):
+            # A cluster client asks a server where XREADGROUP's keys are (COMMAND
+            # GETKEYS, twice per call: its keys are "movable"), which tripled the
+            # servers' CPU per read; the stream's node is known here.
+            args: list[Any] = ["XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", count]
+            if block_ms is not None:
+                args += ["BLOCK", block_ms]
+            node = self.client.get_node_from_key(self.keys.events)
+            reply = self.client.execute_command(
+                *args, "STREAMS", self.keys.events, start, target_nodes=node
+            )
+        else:
+            reply = self.client.xreadgroup(
+                self.group, self.consumer, {self.keys.events: start}, count=count, block=block_ms
+            )
         if not reply:
             return []
         # [[stream, [(id, fields), ...]]] (RESP2) or {stream: [[...]]} (RESP3)
