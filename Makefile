@@ -41,9 +41,12 @@ test-e2e: install
 	bash scripts/ensure-services
 	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
-# Benchmarks (not tests): writes docs/benchmarks.md; about ten minutes on 2 cores.
+# Benchmarks (not tests): writes docs/benchmarks.md; about half an hour on 2 cores.
+# Their static site is Debian's nginx (nginx-light), started and stopped by the run.
 bench: install
 	bash scripts/ensure-services
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light; }
 	$(PY) -m benchmarks
 
 lint: install

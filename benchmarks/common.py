@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,8 @@ CRAWL_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_STORE_ENABLED": False,
 }
 STOCK: dict[str, Any] = {"ADDONS": {}}
+#: Longest a benchmark crawl may run before it is killed, seconds.
+CRAWL_TIMEOUT = 900
 
 
 def free_port() -> int:
@@ -106,10 +109,23 @@ def crawl_process(
 def run_crawl(
     site_url: str, spider: str, settings: dict[str, Any], workdir: Path, *args: str
 ) -> dict[str, Any]:
+    """Run one crawl to its end; its final stats, with ``bench/cpu``: the CPU
+    seconds (user + system, every thread) the crawler process used from the
+    spider's opening to its exit, read from the child's resource usage."""
     process, stats = crawl_process(site_url, spider, settings, workdir, *args)
-    if process.wait(900) != 0:
+    # The crawl stops by itself; a stuck one is killed after CRAWL_TIMEOUT.
+    watchdog = threading.Timer(CRAWL_TIMEOUT, process.kill)
+    watchdog.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        watchdog.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
         raise SystemExit(f"a benchmark crawl failed (exit {process.returncode})")
-    return json.loads(stats.read_text())
+    result = json.loads(stats.read_text())
+    result["bench/cpu"] = usage.ru_utime + usage.ru_stime - result.get("bench/cpu_at_open", 0.0)
+    return result
 
 
 def preload(
@@ -169,3 +185,85 @@ def percentile(values: Sequence[float], q: float) -> float:
         return float("nan")
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
+
+
+@dataclass
+class CrawlCost:
+    """What one crawl of a known number of pages cost, from its stats."""
+
+    pages: int
+    stats: dict[str, Any]
+    #: CPU seconds nginx used meanwhile (None: not served by nginx).
+    site_cpu: float | None = None
+
+    @property
+    def pages_per_s(self) -> float:
+        """Pages over the time from the spider's opening to its last response: the
+        crawl's own pace (how long it then takes to close is a figure of its own)."""
+        busy = self.stats["bench/open_to_close"] - self.stats["bench/last_response_to_close"]
+        return self.pages / busy
+
+    @property
+    def cpu_ms_per_page(self) -> float:
+        """User + system CPU of the crawler process (every thread), from the spider's
+        opening to the process's exit (the store's final flush included), per page."""
+        return self.stats["bench/cpu"] / self.pages * 1000
+
+    @property
+    def close_s(self) -> float:
+        """Seconds from the crawl's last response to the spider's close."""
+        return float(self.stats["bench/last_response_to_close"])
+
+    @property
+    def site_share(self) -> float:
+        """The site's CPU as a fraction of the crawler's: well under 1 when the
+        crawler, not the site, is the bottleneck."""
+        return (self.site_cpu or 0.0) / self.stats["bench/cpu"]
+
+
+def measured_crawl(site: Any, section: str, pages: int, spider: str, settings: dict[str, Any],
+                   workdir: Path, *args: str) -> CrawlCost:  # fmt: skip
+    """Crawl one section of the static site (benchmarks.static_site) and read its cost."""
+    before = site.worker_cpu()
+    stats = run_crawl(site.section(section), spider, settings, workdir, *args)
+    return CrawlCost(pages, stats, site.worker_cpu() - before)
+
+
+@contextmanager
+def own_database() -> Iterator[str | None]:
+    """A fresh PostgreSQL database of the benchmark's own on the local server (dropped
+    afterwards), or None when no PostgreSQL answers there."""
+    import sqlalchemy
+    from sqlalchemy import text
+
+    url = os.environ.get(
+        "RETRYQUEUE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
+    )
+    admin_url = sqlalchemy.make_url(url).set(drivername="postgresql+psycopg2")
+    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"rq_bench_{os.urandom(4).hex()}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except sqlalchemy.exc.OperationalError:
+        admin.dispose()
+        yield None
+        return
+    try:
+        yield admin_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+#: Which round of a benchmark this is (counted per module): rounds alternate
+#: which variant goes first, so neither always meets the machine's load first.
+_ROUNDS: dict[str, int] = {}
+
+
+def alternate(module: str, variants: Sequence[Any]) -> list[Any]:
+    """*variants* in order on even rounds of *module*, reversed on odd ones."""
+    n = _ROUNDS.get(module, 0)
+    _ROUNDS[module] = n + 1
+    return list(variants) if n % 2 == 0 else list(reversed(variants))

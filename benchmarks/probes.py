@@ -6,6 +6,7 @@ Enabled through EXTENSIONS by benchmarks.common; never part of the package.
 from __future__ import annotations
 
 import json
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -15,27 +16,91 @@ from scrapy import signals
 from scrapy_retryqueue.defaults import META_TASK
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this whole process (every thread) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class StatsDump:
-    """Writes the crawl's final stats to BENCH_STATS_FILE as JSON."""
+    """Writes the crawl's final stats to BENCH_STATS_FILE as JSON, with when the
+    spider opened, the last response came, and the spider closed, and the CPU
+    the process had used when the spider opened (the parent subtracts it from
+    the child's total resource usage: start-up and imports are not the crawl's)."""
 
     def __init__(self, crawler: Any) -> None:
         self.crawler = crawler
         self.path = Path(crawler.settings["BENCH_STATS_FILE"])
+        self.cpu_at_open = 0.0
+        self.threads_at_open: dict[str, float] = {}
+        self.opened = 0.0
+        self.last_response = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> StatsDump:
         probe = cls(crawler)
+        crawler.signals.connect(probe.opened_, signal=signals.spider_opened)
+        crawler.signals.connect(probe.response, signal=signals.response_received)
         crawler.signals.connect(probe.closed, signal=signals.spider_closed)
         return probe
 
+    def opened_(self, spider: Any) -> None:
+        self.cpu_at_open = cpu_seconds()
+        self.threads_at_open = _thread_cpu()
+        self.opened = time.monotonic()
+
+    def response(self, response: Any, request: Any, spider: Any) -> None:
+        self.last_response = time.monotonic()
+
     def closed(self, spider: Any, reason: str) -> None:
+        now = time.monotonic()
         stats = {
             k: v
             for k, v in self.crawler.stats.get_stats().items()
             if isinstance(v, (int, float, str))
         }
         stats.update(_peak_rss())
+        stats["bench/cpu_at_open"] = self.cpu_at_open
+        stats["bench/cpu_at_close"] = cpu_seconds()
+        stats["bench/open_to_close"] = now - self.opened
+        stats["bench/last_response_to_close"] = now - (self.last_response or now)
+        # Per thread, from the spider's opening on (start-up is the main thread's).
+        at_open = getattr(self, "threads_at_open", {})
+        stats.update({k: v - at_open.get(k, 0.0) for k, v in _thread_cpu().items()})
         self.path.write_text(json.dumps(stats))
+
+
+class AttemptHeader:
+    """Downloader middleware: sends ``X-Bench-Attempt: <n>`` on a retried request
+    (Scrapy's ``retry_times`` meta, which stock Scrapy's RetryMiddleware and the
+    retry queue both set), so the static site's ``retry`` pages fail only once."""
+
+    def process_request(self, request: Any, spider: Any = None) -> None:
+        attempt = request.meta.get("retry_times")
+        if attempt:
+            request.headers[b"X-Bench-Attempt"] = str(attempt)
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each thread of this process, by thread name (Linux):
+    where a crawl's CPU went (the reactor, the retry queue's Redis worker, the
+    store writer, Twisted's pool), summed over threads of one name."""
+    import os
+    import re
+    import threading
+
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        try:
+            stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+        except (OSError, TypeError):
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        name = re.sub(r"-\d+$", "", thread.name)
+        key = f"bench/thread_cpu/{name}"
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def _peak_rss() -> dict[str, int]:

@@ -74,6 +74,8 @@ class Config:
     audit_retention: str
     embedded_dir: str | None
     forbidden_log_level: int
+    #: Dead-letter lines logged per kind at their level (RETRYQUEUE_DEAD_LOG_LIMIT).
+    dead_log_limit: int
     #: The RETRYQUEUE_RETRY_HOOK object as loaded (a callable, or a class the
     #: runtime instantiates); None when unset.
     retry_hook: Any
@@ -474,6 +476,7 @@ def load_config(settings: Any) -> Config:
         audit_retention=str(raw_setting(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
+        dead_log_limit=number_setting(settings, "RETRYQUEUE_DEAD_LOG_LIMIT", whole=True),
         retry_hook=_retry_hook(settings),
         domain_cooldown=bool_setting(settings, "RETRYQUEUE_DOMAIN_COOLDOWN"),
         cooldown_base=float(cooldown_base),

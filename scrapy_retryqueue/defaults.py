@@ -247,6 +247,11 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_EMBEDDED_DIR": None,
     #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
+    #: Dead-letter lines a crawl logs per kind at their level; past it, one line
+    #: says so and the rest go to DEBUG (counted in the end-of-crawl table).
+    #: A crawl that meets thousands of 404s or 403s then logs a summary, not
+    #: thousands of lines. 0: every dead letter at DEBUG.
+    "RETRYQUEUE_DEAD_LOG_LIMIT": 20,
     #: A callable (or its import path) called as hook(request, decision) before a
     #: retry is scheduled: None keeps it, a Request replaces it, False vetoes it.
     "RETRYQUEUE_RETRY_HOOK": None,

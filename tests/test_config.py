@@ -317,6 +317,8 @@ BAD = [
     ("RETRYQUEUE_ENABLED", 2, ["got 2"]),
     ("RETRYQUEUE_FORBIDDEN_LOG_LEVEL", "LOUD", ["'LOUD'"]),
     ("RETRYQUEUE_FORBIDDEN_LOG_LEVEL", 1.5, ["1.5"]),
+    ("RETRYQUEUE_DEAD_LOG_LIMIT", -1, ["RETRYQUEUE_DEAD_LOG_LIMIT", "got -1"]),
+    ("RETRYQUEUE_DEAD_LOG_LIMIT", 2.5, ["whole number", "2.5"]),
     ("RETRYQUEUE_NODE_ID", 42, ["42"]),
     ("RETRYQUEUE_REDIS_URL", "http://x", ["'http://x'"]),
     ("RETRYQUEUE_REDIS_URL", "localhost:6379", ["'localhost:6379'"]),

@@ -195,6 +195,48 @@ def test_a_dead_letter_without_the_meta_key_logs_at_error(tmp_path: Path, caplog
     assert record.levelno == logging.ERROR
 
 
+FORBIDDEN = FailureInfo("forbidden", "HttpStatus", "HTTP 403", status=403)
+
+
+def test_dead_letters_past_the_log_limit_go_to_debug_said_once_and_counted(
+    tmp_path: Path, caplog: Any
+) -> None:
+    runtime = _runtime(tmp_path, RETRYQUEUE_DEAD_LOG_LIMIT=3)
+    with caplog.at_level(logging.DEBUG, logger="scrapy_retryqueue"):
+        for n in range(10):
+            request = scrapy.Request(f"http://example.com/{n}")
+            runtime.reporter.planned(plan_of(runtime, request, FORBIDDEN), Outcome.DEAD)
+        # Another kind has a limit of its own.
+        plan = plan_of(runtime, _retried(runtime, {"server_error": 5}), SERVER_ERROR)
+        runtime.reporter.planned(plan, Outcome.DEAD)
+        lines = [r for r in caplog.records if "dead letter" in r.getMessage()]
+        runtime.reporter.summary()
+    loud = [r for r in lines if r.levelno == logging.WARNING]
+    assert [r.getMessage().split()[3] for r in loud[:3]] == [
+        f"http://example.com/{n}" for n in range(3)
+    ]
+    [notice] = loud[3:]
+    assert "RETRYQUEUE_DEAD_LOG_LIMIT=3" in notice.getMessage()
+    assert "forbidden" in notice.getMessage()
+    assert sum(r.levelno == logging.DEBUG for r in lines) == 7
+    assert [r.levelno for r in lines if "server_error" in r.getMessage()] == [logging.ERROR]
+    assert _stat(runtime, "retryqueue/dead/forbidden") == 10
+    assert _stat(runtime, "retryqueue/dead_log_debug/forbidden") == 7
+    assert _stat(runtime, "retryqueue/dead_log_debug/server_error") is None
+    [table] = [r for r in caplog.records if "retries by kind:" in r.getMessage()]
+    assert "DEAD_LOG_LIMIT=3 per kind: forbidden 7" in table.getMessage()
+
+
+def test_a_dead_log_limit_of_zero_logs_every_dead_letter_at_debug(
+    tmp_path: Path, caplog: Any
+) -> None:
+    runtime = _runtime(tmp_path, RETRYQUEUE_DEAD_LOG_LIMIT=0)
+    with caplog.at_level(logging.DEBUG, logger="scrapy_retryqueue"):
+        plan = plan_of(runtime, scrapy.Request("http://example.com/x"), FORBIDDEN)
+        runtime.reporter.planned(plan, Outcome.DEAD)
+    assert [r.levelno for r in caplog.records if "dead letter" in r.getMessage()] == [logging.DEBUG]
+
+
 def _raise_in_callback() -> ValueError:
     try:
         raise ValueError("no title on the page")

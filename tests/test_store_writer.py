@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,7 @@ from sqlalchemy import select
 import scrapy_retryqueue.store.sync as sync_module
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.envelope import Task
+from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
@@ -350,6 +352,56 @@ def test_a_dead_letter_is_removed_from_redis_only_for_the_death_that_was_stored(
     assert stream.forget_dead([("a", T0 + 500), ("missing", T0)]) == 1
     assert queue.client.zcard(queue.keys.dead) == 0
     assert not queue.client.hexists(queue.keys.deadtasks, "a")
+
+
+def test_forgetting_stored_dead_letters_acknowledges_their_batch_in_the_same_call(
+    queue: RedisDelayedQueue, make_task: MakeTask
+) -> None:
+    queue.deadletter(make_task("a", dead_kind="timeout"), None, now=T0 + 500)
+    queue.deadletter(make_task("b", dead_kind="timeout"), None, now=T0 + 600)
+    stream = EventStream(queue.client, queue.keys.spider, consumer="w")
+    entries = stream.read_new(10, 0)
+    assert stream.pending_count() == len(entries) == 2
+    # Only "a" was stored: "b" stays in Redis, but the whole batch is acknowledged.
+    assert stream.forget_dead([("a", T0 + 500)], acks=[e[0] for e in entries]) == 1
+    assert stream.pending_count() == 0
+    assert queue.client.zrange(queue.keys.dead, 0, -1) == [b"b"]
+    # Entries to acknowledge and no death stored: still acknowledged.
+    queue.deadletter(make_task("c", dead_kind="timeout"), None, now=T0 + 700)
+    assert stream.forget_dead([], acks=[e[0] for e in stream.read_new(10, 0)]) == 0
+    assert stream.pending_count() == 0
+    assert queue.client.zcard(queue.keys.dead) == 2
+
+
+def test_the_writer_reads_a_cluster_stream_without_asking_where_its_keys_are(
+    redis_cluster_url: str,
+) -> None:
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(redis_cluster_url)
+    spider = f"t{uuid.uuid4().hex[:10]}"
+    queue = RedisDelayedQueue(client, spider, node_id="node-a")
+
+    def getkeys() -> int:
+        stats = [n.redis_connection.info("commandstats") for n in client.get_primaries()]
+        return sum(s.get("cmdstat_command|getkeys", {}).get("calls", 0) for s in stats)
+
+    try:
+        for n in range(3):
+            task = Task(id=f"d{n}", spider=spider, request={"url": f"http://x/{n}"}, kind="timeout")
+            queue.deadletter(task, None, now=T0 + n)
+        stream = EventStream(client, spider, consumer="w")
+        stream.ensure_group()
+        before = getkeys()
+        first = stream.read_new(2, 0)
+        rest = stream.read_new(10, 50)
+        assert [e[1][b"id"] for e in first + rest] == [b"d0", b"d1", b"d2"]
+        assert [e[0] for e in stream.read_own_pending(10)] == [e[0] for e in first + rest]
+        # Routed to the stream's node: no COMMAND GETKEYS round trip per read.
+        assert getkeys() == before
+    finally:
+        client.delete(*all_keys(keys_for(spider)))
+        client.close()
 
 
 def test_entries_a_dead_consumer_read_are_taken_over(

@@ -50,6 +50,9 @@ class Reporter:
         self._errors_logged: set[str] = set()
         #: Kind -> seconds each recovered task waited since its first failure.
         self._recovery_waits: dict[str, list[float]] = {}
+        #: Kind -> dead-letter lines logged at their level so far; past
+        #: RETRYQUEUE_DEAD_LOG_LIMIT they go to DEBUG (see _dead_line).
+        self._dead_lines: dict[str, int] = {}
 
     def open(self, spider: Any) -> None:
         self.spider = spider
@@ -98,12 +101,7 @@ class Reporter:
             self._dead(decision.kind)
             if plan.exhausted:
                 self.count("retry/max_reached")
-            logger.log(
-                self._dead_level(decision.kind, plan.request),
-                "scrapy-retryqueue: dead letter %s (%s)",
-                url,
-                decision.reason,
-            )
+            self._dead_line(decision.kind, plan.request, url, decision.reason)
         elif outcome is Outcome.SPOOLED:
             logger.debug("scrapy-retryqueue: %s spooled while Redis is down", url)
         elif outcome in (Outcome.DUPLICATE, Outcome.STALE):
@@ -276,6 +274,13 @@ class Reporter:
                 f"  dead {stats.get_value(f'retryqueue/dead/{kind}', 0):>6}"
                 f"  median wait {'-' if median is None else f'{median:.1f}s'}"
             )
+        quieted = {kind: stats.get_value(f"retryqueue/dead_log_debug/{kind}", 0) for kind in kinds}
+        if any(quieted.values()):
+            lines.append(
+                "  dead letters logged at DEBUG past RETRYQUEUE_DEAD_LOG_LIMIT="
+                f"{self.config.dead_log_limit} per kind: "
+                + ", ".join(f"{kind} {n}" for kind, n in quieted.items() if n)
+            )
         logger.info("scrapy-retryqueue: retries by kind:\n%s", "\n".join(lines))
 
     # -- domains -------------------------------------------------------------------
@@ -322,6 +327,38 @@ class Reporter:
         """Scrapy's own retry stats, with its meaning, for monitoring built on them."""
         self.count("retry/count")
         self.count(f"retry/reason_count/{scrapy_reason(failure)}")
+
+    def _dead_line(self, kind: str, request: Request | None, url: str, reason: str) -> None:
+        """One dead letter's log line: at its level for the first RETRYQUEUE_DEAD_LOG_LIMIT
+        of its kind in this crawl, at DEBUG after that.
+
+        A crawl that meets thousands of 404s or 403s (every site has some) would
+        otherwise log thousands of lines, at WARNING for 403s: formatting and
+        writing them cost the crawl CPU, and they bury the lines that matter.
+        Past the limit one line says so; the end-of-crawl table has the counts
+        (stats retryqueue/dead/<kind> and retryqueue/dead_log_debug/<kind>).
+        """
+        level = self._dead_level(kind, request)
+        logged = self._dead_lines.get(kind, 0)
+        limit = self.config.dead_log_limit
+        if logged < limit:
+            self._dead_lines[kind] = logged + 1
+            logger.log(level, "scrapy-retryqueue: dead letter %s (%s)", url, reason)
+            return
+        if logged == limit:
+            self._dead_lines[kind] = logged + 1
+            if limit:
+                logger.log(
+                    level,
+                    "scrapy-retryqueue: %d dead letters of kind %s logged; the rest of this "
+                    "crawl's are logged at DEBUG (RETRYQUEUE_DEAD_LOG_LIMIT=%d) and counted in "
+                    "the table of retries by kind at the end",
+                    limit,
+                    kind,
+                    limit,
+                )
+        self.count(f"retryqueue/dead_log_debug/{kind}")
+        logger.debug("scrapy-retryqueue: dead letter %s (%s)", url, reason)
 
     def _dead_level(self, kind: str, request: Request | None = None) -> int:
         if request is not None:

@@ -59,9 +59,21 @@ class EventStream:
         self._group_ready = True
 
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
-        reply = self.client.xreadgroup(
-            self.group, self.consumer, {self.keys.events: start}, count=count, block=block_ms
-        )
+        if hasattr(self.client, "get_node_from_key"):
+            # A cluster client asks a server where XREADGROUP's keys are (COMMAND
+            # GETKEYS, twice per call: its keys are "movable"), which tripled the
+            # servers' CPU per read; the stream's node is known here.
+            args: list[Any] = ["XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", count]
+            if block_ms is not None:
+                args += ["BLOCK", block_ms]
+            node = self.client.get_node_from_key(self.keys.events)
+            reply = self.client.execute_command(
+                *args, "STREAMS", self.keys.events, start, target_nodes=node
+            )
+        else:
+            reply = self.client.xreadgroup(
+                self.group, self.consumer, {self.keys.events: start}, count=count, block=block_ms
+            )
         if not reply:
             return []
         # [[stream, [(id, fields), ...]]] (RESP2) or {stream: [[...]]} (RESP3)
@@ -134,14 +146,28 @@ class EventStream:
         dead = replies.pop(0) if dead_ids else []
         return tasks, dead
 
-    def forget_dead(self, deaths: Sequence[tuple[str, int]]) -> int:
-        """Remove dead letters (task id, time of death) that the store holds."""
+    def forget_dead(self, deaths: Sequence[tuple[str, int]], acks: Sequence[Any] = ()) -> int:
+        """Remove dead letters (task id, time of death) that the store holds, and
+        acknowledge the entries *acks* (the batch that stored them) in the same call.
+
+        One script call per batch (per 500 dead letters at most): a round trip
+        per batch, not per event, keeps the writer thread off the crawl's GIL.
+        """
         removed = 0
-        for start in range(0, len(deaths), 500):
-            args: list[Any] = []
-            for task_id, ts in deaths[start : start + 500]:
+        acks = [as_text(entry_id) for entry_id in acks]
+        chunks = [deaths[start : start + 500] for start in range(0, len(deaths), 500)] or [[]]
+        for n, chunk in enumerate(chunks):
+            # The entries go with the last chunk: acknowledged once every death is gone.
+            ack = acks if n == len(chunks) - 1 else []
+            if not chunk and not ack:
+                continue
+            args: list[Any] = [self.group if ack else "", len(chunk)]
+            for task_id, ts in chunk:
                 args += [task_id, ts]
-            removed += int(self._forget(keys=[self.keys.dead, self.keys.deadtasks], args=args))
+            args += ack
+            keys = [self.keys.dead, self.keys.deadtasks, self.keys.events]
+            reply = self._forget(keys=keys, args=args)
+            removed += int(reply[0])
         return removed
 
     def dead_letters(

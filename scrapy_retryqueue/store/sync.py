@@ -164,8 +164,9 @@ class EventSync:
                 # A row the database refuses (bad data) must not block the stream.
                 applied = self._write_row_by_row(batch, exc)
             deaths = stored_deaths(batch, applied)
-            self.stream.forget_dead([(task_id, ts) for _, task_id, ts in deaths])
-            self.stream.ack([entry[0] for entry in entries])
+            self.stream.forget_dead(
+                [(task_id, ts) for _, task_id, ts in deaths], acks=[entry[0] for entry in entries]
+            )
         except BaseException:
             self.reset()
             raise
