@@ -373,6 +373,8 @@ STORE_RETRY_MIN_DELAY = 0.5
 STORE_SWEEP_INTERVAL = 300.0
 #: Seconds between two runs of RETRYQUEUE_DEAD_RETENTION / RETRYQUEUE_HISTORY_RETENTION.
 STORE_RETENTION_INTERVAL = 3600.0
+#: Longest the store writer's final flush (after the spider closed) may take, seconds.
+STORE_FINAL_FLUSH_MAX = 5.0
 
 #: The web dashboard (scrapy retryqueue dashboard); validated by dashboard/settings.py.
 DASHBOARD_SETTINGS: dict[str, Any] = {

@@ -29,6 +29,12 @@ from twisted.internet import threads
 
 from .config import Config, config_for
 from .connection import client_for, embedded_dir
+from .defaults import (
+    STORE_FINAL_FLUSH_MAX,
+    STORE_RETENTION_INTERVAL,
+    STORE_RETRY_MIN_DELAY,
+    STORE_SWEEP_INTERVAL,
+)
 from .exceptions import ConfigError
 from .runtime import runtime_if_any
 from .startup import mark_logged
@@ -42,15 +48,6 @@ if TYPE_CHECKING:
     from .store.sync import EventSync
 
 logger = logging.getLogger(__name__)
-
-#: First wait after a failed write, seconds; doubled up to RETRYQUEUE_STORE_RETRY_MAX.
-_FIRST_BACKOFF = 0.5
-#: How often dead letters whose events were trimmed are looked for, seconds.
-_SWEEP_EVERY = 300.0
-#: How often RETRYQUEUE_DEAD_RETENTION / RETRYQUEUE_HISTORY_RETENTION are applied, seconds.
-_RETENTION_EVERY = 3600.0
-#: Longest the final flush (after the spider closed) may take, seconds.
-_FINAL_FLUSH_MAX = 5.0
 
 
 def _transient() -> tuple[type[BaseException], ...]:
@@ -138,7 +135,7 @@ class RetryQueueStoreExtension:
         # Events written while the spider closed (released leases) and cleanup.
         await maybe_deferred_to_future(
             threads.deferToThread(
-                self._flush, min(_FINAL_FLUSH_MAX, self.store_config.close_timeout), final=True
+                self._flush, min(STORE_FINAL_FLUSH_MAX, self.store_config.close_timeout), final=True
             )
         )
 
@@ -182,7 +179,7 @@ class RetryQueueStoreExtension:
         from .store.db import SchemaError
 
         transient = _transient()
-        backoff = _FIRST_BACKOFF
+        backoff = STORE_RETRY_MIN_DELAY
         block_ms = int(self.store_config.interval * 1000)
         while not self._stop.is_set() and self._fatal is None:
             try:
@@ -191,7 +188,7 @@ class RetryQueueStoreExtension:
                     self._housekeeping(sync)
                     written = sync.step(block_ms=block_ms)
                 self._recovered()
-                backoff = _FIRST_BACKOFF
+                backoff = STORE_RETRY_MIN_DELAY
                 if 0 < written.events < sync.batch_size:
                     # Less than a full batch: let events gather for an interval
                     # before the next one. A step per event (a read, an envelope
@@ -220,7 +217,7 @@ class RetryQueueStoreExtension:
                 logger.info(
                     "scrapy-retryqueue: stored %d dead letter(s) whose events were gone", swept
                 )
-            self._next_sweep = now + _SWEEP_EVERY
+            self._next_sweep = now + STORE_SWEEP_INTERVAL
         sc = self.store_config
         if now >= self._next_retention and (sc.dead_retention or sc.history_retention):
             assert self.store is not None
@@ -243,7 +240,7 @@ class RetryQueueStoreExtension:
                     sc.history_retention,
                     self.spider_name,
                 )
-            self._next_retention = now + _RETENTION_EVERY
+            self._next_retention = now + STORE_RETENTION_INTERVAL
 
     def _failed(self, exc: BaseException) -> None:
         self._inc("retryqueue/store/write_errors", 1)
@@ -290,7 +287,7 @@ class RetryQueueStoreExtension:
 
         transient = _transient()
         deadline = time.monotonic() + timeout
-        backoff = _FIRST_BACKOFF
+        backoff = STORE_RETRY_MIN_DELAY
         written = 0
         while self._fatal is None and self.spider_name is not None:
             try:
@@ -328,6 +325,7 @@ class RetryQueueStoreExtension:
             except (redis.RedisError, OSError):
                 left = None
         if left:
+            self._inc("retryqueue/left/unstored", left)
             logger.warning(
                 "scrapy-retryqueue: %d event(s) of %r are not in the store yet; they wait in "
                 "Redis and the next crawl of this spider writes them",
