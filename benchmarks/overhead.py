@@ -6,7 +6,8 @@ Per variant: pages/s (spider open to last response) and CPU per page (user +
 system of the crawler process, every thread). Both variants run in each
 round, the order alternating between rounds; ratios are ours ÷ stock of the
 same round. "nginx ÷ crawler CPU" shows where the work is. The add-on runs as
-a project gets it: store writer on (SQLite under a temporary directory).
+a project gets it: store writer on, with its default SQLite database (its schema
+made once before the crawls, as a project's is).
 """
 
 from __future__ import annotations
@@ -20,11 +21,31 @@ from .static_site import static_site
 PAGES = 5000
 
 
+def prepare_store(url: str) -> None:
+    """Create the store's schema before the crawls: a project creates it once, not in
+    every crawl, and its creation (Alembic's migrations) is not a crawl's cost."""
+    from scrapy_retryqueue.store.db import Store
+
+    store = Store(url)
+    try:
+        store.ensure_schema(create=True)
+    finally:
+        store.close()
+
+
 def ours_settings(redis_url: str, workdir: Path) -> dict[str, object]:
     """The add-on as a project gets it, on the benchmark's Redis: the store writer
-    on, with its default SQLite database (in a directory of this run)."""
-    embedded = workdir / f"embedded-{uuid.uuid4().hex[:6]}"
-    embedded.mkdir()
+    on, with its default SQLite database (in a directory of this run, kept from
+    crawl to crawl as a project's .scrapy/retryqueue is)."""
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.connection import embedded_dir
+    from scrapy_retryqueue.store.config import load_store_config
+
+    embedded = workdir / "embedded"
+    if not embedded.exists():
+        embedded.mkdir()
+        prepare_store(load_store_config(Settings({})).url_for(embedded_dir(str(embedded))))
     return {
         "RETRYQUEUE_REDIS_URL": redis_url,
         "RETRYQUEUE_STORE_ENABLED": True,
