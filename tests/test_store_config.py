@@ -64,3 +64,23 @@ def test_a_bad_value_names_the_setting_and_the_value(
         load_store_config(Settings({name: value}))
     assert message in str(error.value)
     assert "hunter2" not in str(error.value)
+
+
+@pytest.mark.parametrize(("interval", "block_ms"), [(0.2, 200), (1, 1000), (30, 5000)])
+def test_the_writers_blocking_read_stays_below_the_socket_timeout(
+    tmp_path: Path, interval: float, block_ms: int
+) -> None:
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_retryqueue.defaults import REDIS_SOCKET_TIMEOUT
+    from scrapy_retryqueue.storeext import RetryQueueStoreExtension
+
+    crawler = get_crawler(
+        settings_dict={
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_STORE_INTERVAL": interval,
+        }
+    )
+    ext = RetryQueueStoreExtension.from_crawler(crawler)
+    # A read longer than the socket timeout would fail as if Redis were down.
+    assert ext.block_ms == block_ms < REDIS_SOCKET_TIMEOUT * 1000
