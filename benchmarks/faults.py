@@ -1,4 +1,4 @@
-"""2. Completion under faults: 20% of pages answer 429 (Retry-After: 1) three
+"""4. Completion under faults: 20% of pages answer 429 (Retry-After: 1) three
 times, 10% answer 503 twice, then 200. Fraction of pages finally fetched, ours
 against stock Scrapy, and how long ours needs beyond its longest backoff chain.
 Served by the Python flaky site, which scripts each page's failures. "close s":

@@ -1,4 +1,4 @@
-"""4. Latency from a task's due time to its request entering Scrapy's scheduler.
+"""6. Latency from a task's due time to its request entering Scrapy's scheduler.
 
 10,000 tasks come due evenly over 20 s while a crawler (start requests: none)
 polls every RETRYQUEUE_POLL_INTERVAL (1 s, the default); a probe extension

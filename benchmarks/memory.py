@@ -1,4 +1,4 @@
-"""5. Memory: a crawler's RSS with 0 and with 1,000,000 pending retries, and
+"""7. Memory: a crawler's RSS with 0 and with 1,000,000 pending retries, and
 Redis bytes per pending task against the size of its envelope.
 
 Nothing due in the future is held in a crawler's memory, so the RSS of the

@@ -1,4 +1,4 @@
-"""7. hiredis against redis-py's pure-Python reply parser, on the failure paths.
+"""9. hiredis against redis-py's pure-Python reply parser, on the failure paths.
 
 Client CPU (this thread's user + system time) per task of each path, with the
 same Redis and the same data, parser by parser, alternating: dead-letter

@@ -1,4 +1,4 @@
-"""3. Queue throughput against the raw Redis operations on the same server.
+"""5. Queue throughput against the raw Redis operations on the same server.
 
 20,000 tasks of a realistic envelope. Ours: the queue's own calls as the
 crawler makes them under load (batches of 500). Raw: a pipelined ZADD + HSET

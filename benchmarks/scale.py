@@ -1,4 +1,4 @@
-"""6. Scale: 1, 2 and 3 nodes sharing one Redis drain a backlog of due retries.
+"""8. Scale: 1, 2 and 3 nodes sharing one Redis drain a backlog of due retries.
 
 Re-injected retries per second in total, from the first node's start to the
 last node's end. The machine's core count bounds what more nodes can add.
