@@ -6,8 +6,8 @@
 The nodes share one Redis: scrapy-redis's frontier and dupefilter hand each page
 to one node, and scrapy-retryqueue shares the failures. Without --redis-url the
 project's embedded server is that Redis (all nodes run on this machine). With
---late N, the last node starts N seconds after the others and joins a crawl in
-progress. At the end it prints, per node, what it fetched, parsed and retried,
+--late N, the last node starts N seconds after the others have begun crawling
+(their shared dupefilter holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
 then the totals: pages parsed more than once (duplicates) and pages that never
 got their final answer (lost).
 """
@@ -108,6 +108,16 @@ def _stats(log: str) -> dict[str, int]:
     return {name: int(value) for name, value in re.findall(r"'([\w/.-]+)': (\d+),?\n", log)}
 
 
+def _wait_until_crawling(
+    client: Any, spider: str, processes: list[tuple[str, subprocess.Popen[bytes], Path]]
+) -> None:
+    deadline = time.monotonic() + 120
+    while not client.exists(f"{spider}:dupefilter"):
+        if time.monotonic() > deadline or any(p.poll() is not None for _, p, _ in processes):
+            return
+        time.sleep(0.05)
+
+
 def run_fleet(
     *,
     nodes: int,
@@ -117,6 +127,7 @@ def run_fleet(
     late: float = 0.0,
     spider: str | None = None,
     site_options: dict[str, Any] | None = None,
+    node_settings: dict[str, Any] | None = None,
 ) -> Fleet:
     """Start the site and the nodes, wait for every node to finish, read what each did."""
     import redis
@@ -130,6 +141,10 @@ def run_fleet(
             started = time.monotonic()
             for n in range(nodes):
                 if late and n == nodes - 1:
+                    # Late relative to the crawl, not to the launch: a loaded machine
+                    # can take seconds to start Scrapy, and a fixed sleep could let the
+                    # first nodes finish before the late one arrives.
+                    _wait_until_crawling(client, spider, processes)
                     time.sleep(late)
                 name = f"node-{n}"
                 out = workdir / f"{spider}-{name}.jsonl"
@@ -137,6 +152,7 @@ def run_fleet(
                 command += ["-a", f"site={site.url}", "-a", f"name={spider}", "-O", str(out)]
                 settings = {
                     **NODE_SETTINGS,
+                    **(node_settings or {}),
                     "REDIS_URL": redis_url,
                     "RETRYQUEUE_REDIS_URL": redis_url,
                     "RETRYQUEUE_NODE_ID": name,

@@ -44,7 +44,18 @@ def test_three_nodes_started_at_the_same_instant_share_the_crawl(
 
 
 def test_a_node_started_late_joins_a_crawl_in_progress(redis_url: str, tmp_path: Path) -> None:
-    fleet = run_fleet(nodes=3, pages=PAGES, redis_url=redis_url, workdir=tmp_path, late=2.0)
+    # The first two nodes crawl slowly (2 requests each, 0.2 s a page: 10 s or more for
+    # the frontier), so the late node, started 1 s after they begin, finds work left
+    # however long Scrapy takes to start on this machine.
+    fleet = run_fleet(
+        nodes=3,
+        pages=PAGES,
+        redis_url=redis_url,
+        workdir=tmp_path,
+        late=1.0,
+        site_options={"latency": 0.2},
+        node_settings={"CONCURRENT_REQUESTS": 2, "CONCURRENT_REQUESTS_PER_DOMAIN": 2},
+    )
     _check_shared(fleet)
     late = fleet.nodes[-1]
     assert "Spider opened" in late.log
