@@ -13,7 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from scrapy_retryqueue.store.db import SchemaError, Store
-from scrapy_retryqueue.store.models import VERSION_TABLE, Base
+from scrapy_retryqueue.store.models import SCHEMA_HEAD, VERSION_TABLE, metadata
 
 from .storecli import scrapy
 
@@ -28,7 +28,7 @@ def test_an_empty_database_is_upgraded_to_the_models(database_url: str) -> None:
     with store.connect() as conn:
         # The migrations build exactly what the models describe.
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata
+            MigrationContext.configure(conn, opts={"compare_type": True}), metadata
         )
         assert [
             d for d in diff if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)
@@ -38,6 +38,31 @@ def test_an_empty_database_is_upgraded_to_the_models(database_url: str) -> None:
     # Upgrading again is a no-op.
     assert store.upgrade() == (store.head, store.head)
     store.close()
+
+
+def test_the_schema_head_a_crawl_checks_without_alembic_is_alembics_head(
+    database_url: str,
+) -> None:
+    # A new migration must move SCHEMA_HEAD too, or every crawl would refuse the
+    # database it just upgraded (or accept one that is not current).
+    store = Store(database_url)
+    assert store.head == SCHEMA_HEAD
+    store.close()
+
+
+def test_a_current_schema_is_checked_without_importing_alembic(database_url: str) -> None:
+    import subprocess
+    import sys
+
+    Store(database_url).ensure_schema(create=True)
+    # A fresh interpreter: this one imported Alembic long ago.
+    code = (
+        "import sys; from scrapy_retryqueue.store.db import Store; "
+        f"s = Store({database_url!r}); print(s.ensure_schema().state); "
+        "print(any(m == 'alembic' or m.startswith('alembic.') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["ok", "False"]
 
 
 def test_ensure_schema_creates_an_empty_database_only_when_allowed(database_url: str) -> None:
@@ -68,7 +93,7 @@ def test_a_schema_newer_than_the_code_is_refused_with_a_clear_message(database_u
 
 def test_tables_made_without_migrations_are_refused(database_url: str) -> None:
     store = Store(database_url)
-    Base.metadata.create_all(store.engine)
+    metadata.create_all(store.engine)
     with pytest.raises(SchemaError, match="no schema version"):
         store.ensure_schema()
     with pytest.raises(SchemaError, match="no schema version"):

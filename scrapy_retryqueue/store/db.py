@@ -4,7 +4,7 @@
 message that says what to do, a database whose schema is older or newer than
 this code, and creates the schema in an empty one (Alembic migrations shipped
 with the package; ``scrapy deadletters migrate`` applies them). Alembic is
-imported only when a schema is checked, created or upgraded.
+imported only when a schema is not current: created, upgraded or refused.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..config import redact_url
 from ..exceptions import RetryQueueError
-from .models import VERSION_TABLE, tasks_table
+from .models import SCHEMA_HEAD, VERSION_TABLE, tasks_table
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -270,6 +270,10 @@ class Store:
     def ensure_schema(self, *, create: bool = True) -> SchemaState:
         """Check that the schema matches this code; create it in an empty database."""
         with self.connect() as conn:
+            # SCHEMA_HEAD names the shipped migrations' head, not another script location's.
+            shipped = self._script_location == SCRIPT_LOCATION
+            if shipped and self._recorded_revision(conn) == SCHEMA_HEAD:
+                return SchemaState(SCHEMA_HEAD, SCHEMA_HEAD, "ok")
             state = self.schema_state(conn)
             conn.rollback()
         if state.state == "empty" and create:
@@ -277,6 +281,18 @@ class Store:
             return self.schema_state()
         self.raise_for(state)
         return state
+
+    @staticmethod
+    def _recorded_revision(conn: Connection) -> str | None:
+        """The revision the version table records, read with plain SQL (no Alembic);
+        None when there is no such table or it holds no single revision."""
+        try:
+            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+        except DBAPIError:
+            conn.rollback()  # PostgreSQL refuses anything more in a failed transaction
+            return None
+        conn.rollback()
+        return str(rows[0][0]) if len(rows) == 1 else None
 
     def raise_for(self, state: SchemaState) -> None:
         where = f"the store database at {self.safe_url}"

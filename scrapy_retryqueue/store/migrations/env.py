@@ -14,10 +14,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from scrapy_retryqueue.store.models import VERSION_TABLE, Base
+from scrapy_retryqueue.store.models import VERSION_TABLE, metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _configure(**kwargs: object) -> None:
