@@ -151,6 +151,12 @@ class RetryQueueMiddleware:
     async def _park(parking: Parking) -> None:
         """Raise RequestParked when the request will come back; return when it will not
         (a dead letter, or a write Redis refused): the failure goes on to the errback."""
+        if parking.final:
+            # Nothing the write can answer changes what happens to the request, and
+            # waiting for Redis would hold its downloader slot: a crawl of 404s
+            # would run at the pace of the writes. The write is still tracked, so
+            # the spider does not close before it lands.
+            return
         outcome = await maybe_deferred_to_future(parking.outcome)
         if outcome.request_parked:
             raise parking.parked()

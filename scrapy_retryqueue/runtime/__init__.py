@@ -76,6 +76,10 @@ class Parking:
     #: Retries of this kind so far, this one included when retried.
     attempt: int
     outcome: defer.Deferred[Outcome]
+    #: A dead letter of a request no lease names: given up whatever its write does
+    #: (kept, spooled, or refused because another copy of the request is a live
+    #: task), so the glue passes the failure on without waiting for Redis.
+    final: bool = False
 
     def parked(self) -> RequestParked:
         """The exception that takes the request out of the crawl until it is due."""
@@ -333,7 +337,13 @@ class RetryQueueRuntime:
         )
         decision = plan.decision
         return Parking(
-            decision.kind, decision.delay, plan.task.id, decision.retry, decision.attempt, d
+            decision.kind,
+            decision.delay,
+            plan.task.id,
+            decision.retry,
+            decision.attempt,
+            d,
+            final=not decision.retry and write.token is None,
         )
 
     # -- successes and hand-backs --------------------------------------------------------------
