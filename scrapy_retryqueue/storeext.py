@@ -8,7 +8,9 @@ commit. It writes at most one partial batch per RETRYQUEUE_STORE_INTERVAL
 few large transactions, not one per event. While the database is down it retries with a capped backoff (logging
 once per outage); the events wait in Redis and the crawl goes on. When the
 spider closes it writes what is left, for at most RETRYQUEUE_STORE_CLOSE_TIMEOUT
-seconds; anything still unwritten then waits in Redis for the next crawl.
+seconds in all; anything still unwritten then waits in Redis for the next crawl.
+A forced shutdown (the reactor stopping: a second Ctrl-C) ends those writes'
+waits at once: the reactor joins its pool threads before the process exits.
 
 The store's modules (SQLAlchemy, Alembic) are imported when the extension is
 built for a crawl that writes to the store, with the crawl's own start, not
@@ -17,10 +19,11 @@ with this module: a crawl without the store never loads them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy import signals
@@ -94,6 +97,11 @@ class RetryQueueStoreExtension:
         self.client: redis.Redis | None = None
         self.spider_name: str | None = None
         self._stop = threading.Event()
+        #: Set when the reactor stops: the closing writes stop waiting for the database.
+        self._shutting_down = threading.Event()
+        self._shutdown_trigger: Any = None
+        #: time.monotonic() by which the closing writes end (RETRYQUEUE_STORE_CLOSE_TIMEOUT).
+        self._close_deadline: float | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._outage_since: float | None = None
@@ -138,7 +146,12 @@ class RetryQueueStoreExtension:
     # -- lifecycle ---------------------------------------------------------------
 
     def spider_opened(self, spider: Spider) -> None:
+        from twisted.internet import reactor
+
         self.spider_name = spider.name
+        self._shutdown_trigger = reactor.addSystemEventTrigger(
+            "before", "shutdown", self._shutting_down.set
+        )
         self._thread = threading.Thread(target=self._run, name="retryqueue-store", daemon=True)
         self._thread.start()
 
@@ -149,17 +162,24 @@ class RetryQueueStoreExtension:
         if runtime is not None and runtime.is_open:
             await maybe_deferred_to_future(runtime.closed)
         await maybe_deferred_to_future(threads.deferToThread(self._stop_thread))
+        self._close_deadline = time.monotonic() + self.store_config.close_timeout
         await maybe_deferred_to_future(
-            threads.deferToThread(self._flush, self.store_config.close_timeout, final=False)
+            threads.deferToThread(self._flush, self._close_deadline, final=False)
         )
 
     async def engine_stopped(self) -> None:
-        # Events written while the spider closed (released leases) and cleanup.
-        await maybe_deferred_to_future(
-            threads.deferToThread(
-                self._flush, min(STORE_FINAL_FLUSH_MAX, self.store_config.close_timeout), final=True
-            )
-        )
+        # Events written while the spider closed (released leases) and cleanup,
+        # within what is left of the close timeout.
+        deadline = time.monotonic() + min(STORE_FINAL_FLUSH_MAX, self.store_config.close_timeout)
+        if self._close_deadline is not None:
+            deadline = min(deadline, self._close_deadline)
+        await maybe_deferred_to_future(threads.deferToThread(self._flush, deadline, final=True))
+        if self._shutdown_trigger is not None:
+            from twisted.internet import reactor
+
+            with contextlib.suppress(ValueError):  # already gone
+                reactor.removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
 
     def _stop_thread(self) -> None:
         self._stop.set()
@@ -304,14 +324,26 @@ class RetryQueueStoreExtension:
 
     # -- closing -------------------------------------------------------------------
 
-    def _flush(self, timeout: float, *, final: bool) -> None:
+    def _flush(self, deadline: float, *, final: bool) -> None:
+        """Write what is left, retrying an unreachable store until *deadline*
+        (``time.monotonic()``): the last try starts at the deadline, so a store back
+        by then still gets it. A forced shutdown ends the waits between tries."""
         from .store.db import SchemaError
 
         transient = _transient()
-        deadline = time.monotonic() + timeout
         backoff = STORE_RETRY_MIN_DELAY
         written = 0
-        while self._fatal is None and self.spider_name is not None:
+        down = self._outage_since is not None
+        if down and not final:
+            logger.info(
+                "scrapy-retryqueue: the store is still unreachable; the closing spider tries it "
+                "for up to %.0fs more (RETRYQUEUE_STORE_CLOSE_TIMEOUT), unless the process is "
+                "stopped (Ctrl-C twice)",
+                max(deadline - time.monotonic(), 0),
+            )
+        # No try after the deadline while the store is known to be down.
+        tries = not (down and time.monotonic() >= deadline)
+        while tries and self._fatal is None and self.spider_name is not None:
             try:
                 with self._lock:
                     sync = self._connect()
@@ -322,11 +354,12 @@ class RetryQueueStoreExtension:
                 self._give_up(str(exc))
             except transient as exc:
                 self._failed(exc)
-                if time.monotonic() + backoff >= deadline:
-                    break
                 # A pool thread, not the reactor's: the close waits here on purpose,
-                # retrying the database until the deadline.
-                time.sleep(backoff)
+                # retrying the database until the deadline. The reactor joins this
+                # thread when it stops, so a forced shutdown must cut the wait short.
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._shutting_down.wait(min(backoff, remaining)):
+                    break
                 backoff = min(backoff * 2, self.store_config.retry_max)
         if final:
             if written:

@@ -4,11 +4,14 @@ One crawl writes to PostgreSQL while the PostgreSQL server is stopped and
 started again in the middle of it: nothing may be lost. That server is a
 private one the test starts (tests/servers.py), never the shared one other
 test runs use. Another crawl uses the zero-setup default, SQLite under the
-embedded dir.
+embedded dir. A crawl stopped by force while its closing writes wait for a
+database that is down stops at once.
 """
 
 from __future__ import annotations
 
+import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +179,46 @@ def test_the_default_store_is_sqlite_under_the_embedded_dir(
     store.close()
     check_rows(rows, dead, recovered, result.items)
     assert f"'retryqueue/store/dead_stored': {len(dead)}" in result.log
+
+
+def test_a_forced_shutdown_ends_the_closing_writes_to_a_database_that_is_down(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    # The database's directory is a file: every try fails at once.
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    settings = {
+        **SETTINGS,
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_DATABASE_URL": f"sqlite:///{blocker / 'store.sqlite3'}",
+        "CONCURRENT_REQUESTS": 2,
+        # A close that would wait minutes for the database, with long backoffs.
+        "RETRYQUEUE_STORE_CLOSE_TIMEOUT": 300,
+        "RETRYQUEUE_STORE_RETRY_MAX": 120,
+    }
+    with flaky_site(pages=200, latency=0.5) as site:
+        process, out = start_crawl(site.url, namespace, tmp_path, settings)
+        log = out.with_suffix(".log")
+        try:
+            wait_for(
+                lambda: "cannot be written" in log.read_text() and site.get_json("/__log"),
+                "the crawl to fetch pages and the writer to meet the outage",
+            )
+            process.send_signal(signal.SIGINT)  # Ctrl-C: a graceful stop, which waits ...
+            wait_for(
+                lambda: "the closing spider tries it for up to" in log.read_text(),
+                "the closing writes to start",
+            )
+            process.send_signal(signal.SIGINT)  # ... and again: stop now
+            started = time.monotonic()
+            _, stderr = process.communicate(timeout=120)
+            took = time.monotonic() - started
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    result = read_crawl(out, process.returncode, stderr)
+    assert "forcing unclean shutdown" in result.log, result.log[-3000:]
+    # Not held by a wait for the database: before, the tries went on for about
+    # half the close timeout (here a minute and more) after the second Ctrl-C.
+    assert took < 30, f"the process took {took:.0f}s to stop"

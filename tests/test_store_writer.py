@@ -8,7 +8,9 @@ dead letters whose events were trimmed, and retention.
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -437,6 +439,84 @@ def test_dead_letters_whose_events_were_trimmed_are_swept_into_the_store(
     assert queue.client.zcard(queue.keys.dead) == 0
     # A second sweep finds nothing, and leaves a dead letter it cannot place.
     assert sync.sweep_dead(older_than_ms=T0 + 10) == 0
+
+
+#: Dead letters the store cannot hold as they are: left in Redis, reported once each.
+#: (raw id, time of death, what the log line says)
+UNSTORABLE: list[tuple[bytes, float, str]] = [
+    (b"\xff\xfe", T0 + 2, "its id is not UTF-8 text"),
+    (b"nul\x00id", T0 + 2, "its id holds a NUL character"),
+    (b"L" * 129, T0 + 2, "its id is longer than 128 characters"),
+    (b"", T0 + 2, "its id is empty"),
+    (b"no-time", float("-inf"), "its time of death is not a time in ms (-inf)"),
+    (b"year-0", -1e15, "its time of death is not a time in ms (-1000000000000000.0)"),
+    (b"half-ms", T0 + 2.5, "its time of death is not a time in ms (1700000000002.5)"),
+]
+
+
+def test_the_sweep_stores_every_dead_letter_it_can_and_reports_each_other_one_once(
+    store: Store,
+    queue: RedisDelayedQueue,
+    make_task: MakeTask,
+    make_sync: Callable[..., EventSync],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, keys = queue.client, queue.keys
+    queue.deadletter(make_task("a", kind="forbidden", dead_kind="forbidden"), None, now=T0)
+    queue.deadletter(make_task("b", kind="rule", dead_kind="rule"), None, now=T0 + 1)
+    # Written around the queue's scripts: a value that is not JSON (nor UTF-8) ...
+    not_json = b'{"v":1,"id":"nj" \xff'
+    client.zadd(keys.dead, {"nj": T0 + 3})
+    client.hset(keys.deadtasks, "nj", not_json)
+    # ... a creation time past the year 9999 ...
+    far = make_task("far", dead_kind="timeout", created=10**20)
+    queue.deadletter(far, None, now=T0 + 4)
+    # ... and ids and times of death the store cannot hold.
+    for raw_id, score, _ in UNSTORABLE:
+        client.zadd(keys.dead, {raw_id: score})
+        client.hset(keys.deadtasks, raw_id, make_task("x", dead_kind="timeout").to_json())
+    counted: dict[str, int] = {}
+    sync = make_sync(  # small batches: the entries left behind must not stop the paging
+        batch_size=3, stats=lambda k, v: counted.__setitem__(k, counted.get(k, 0) + v)
+    )
+    sync.stream.ensure_group()
+    client.xtrim(keys.events, maxlen=0)  # no event carries them: the sweep must
+
+    with caplog.at_level(logging.ERROR, logger="scrapy_retryqueue"):
+        assert sync.sweep_dead(older_than_ms=T0 + 10) == 4
+
+    got = rows(store, keys.spider)
+    assert {k: (r["status"], r["kind"]) for k, r in got.items()} == {
+        "a": ("dead", "forbidden"),
+        "b": ("dead", "rule"),
+        "nj": ("dead", "malformed"),
+        "far": ("dead", "timeout"),
+    }
+    # As a malformed envelope the crawl met: its bytes kept, nothing replaced.
+    kept = got["nj"]["envelope"]
+    assert base64.b64decode(kept["raw_base64"]) == not_json
+    assert got["far"]["created_at"] == got["far"]["finished_at"] == at(T0 + 4)
+    # What the store cannot hold is still in Redis, envelope and all.
+    left = dict(client.zrange(keys.dead, 0, -1, withscores=True))
+    assert set(left) == {raw_id for raw_id, _, _ in UNSTORABLE}
+    assert set(client.hkeys(keys.deadtasks)) == set(left)
+    # One ERROR line each, naming the key and the id; one count each.
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == len(UNSTORABLE) + 1
+    for raw_id, _, why in UNSTORABLE:
+        shown = ascii(raw_id.decode()[:80]) if raw_id != b"\xff\xfe" else ascii(raw_id)
+        assert any(shown in line and keys.dead in line and why in line for line in errors), shown
+    assert any("'nj'" in line and keys.deadtasks in line and "not JSON" in line for line in errors)
+    assert counted["retryqueue/store/malformed"] == len(UNSTORABLE) + 1
+    assert counted["retryqueue/store/swept"] == 4
+
+    # The next sweep meets them again: not a new report, not a new count.
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="scrapy_retryqueue"):
+        assert sync.sweep_dead(older_than_ms=T0 + 10) == 0
+    assert caplog.records == []
+    assert counted["retryqueue/store/malformed"] == len(UNSTORABLE) + 1
+    assert client.zcard(keys.dead) == len(UNSTORABLE)
 
 
 def test_retention_deletes_only_old_dead_letters_and_says_how_many(

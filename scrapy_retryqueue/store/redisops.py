@@ -18,6 +18,7 @@ import redis
 
 from ..defaults import STORE_CONSUMER_GROUP
 from ..keys import Keys, keys_for
+from ..queue import task_id_text
 from ..values import as_text
 
 Entry = tuple[Any, Any]
@@ -172,16 +173,20 @@ class EventStream:
 
     def dead_letters(
         self, *, older_than_ms: int, skip: int, count: int
-    ) -> list[tuple[str, int, Any]]:
-        """Dead letters still in Redis, oldest first: (task id, time of death, envelope)."""
+    ) -> list[tuple[str, float, Any]]:
+        """Dead letters still in Redis, oldest first: (task id, time of death, envelope).
+
+        As Redis holds them, for the caller to judge: an id that is not UTF-8
+        keeps its bytes as surrogates (:func:`~scrapy_retryqueue.queue.task_id_text`),
+        the time of death is the score (a float, maybe not a time at all).
+        """
         rows = self.client.zrangebyscore(
             self.keys.dead, "-inf", older_than_ms, start=skip, num=count, withscores=True
         )
         if not rows:
             return []
-        ids = [as_text(raw_id) for raw_id, _ in rows]
-        envelopes = self.client.hmget(self.keys.deadtasks, ids)
+        envelopes = self.client.hmget(self.keys.deadtasks, [raw_id for raw_id, _ in rows])
         return [
-            (task_id, int(score), env)
-            for task_id, (_, score), env in zip(ids, rows, envelopes, strict=True)
+            (task_id_text(raw_id), score, env)
+            for (raw_id, score), env in zip(rows, envelopes, strict=True)
         ]

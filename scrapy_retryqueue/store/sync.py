@@ -13,7 +13,9 @@ Blocking: the Scrapy extension runs it in a thread of its own.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -26,6 +28,7 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.exc import DBAPIError
 
 from ..defaults import STORE_SETTINGS
+from ..envelope import malformed_envelope
 from ..policy import PolicyTable
 from ..values import now_ms
 from .db import Store, describe_db_error, is_connection_error
@@ -33,10 +36,13 @@ from .redisops import EventStream
 from .writer import (
     ENVELOPE_FROM_DEAD,
     ENVELOPE_FROM_TASKS,
+    TASK_ID_MAX,
     Batch,
+    EnvelopeDoc,
     Event,
     apply_batch,
     build_batch,
+    ms_to_datetime,
     parse_entries,
     parse_envelope,
     stored_deaths,
@@ -97,6 +103,8 @@ class EventSync:
         self._pending_cursor = "0"
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
+        #: Malformed dead letters already reported: (task id, time of death).
+        self._malformed_seen: set[tuple[str, float]] = set()
 
     def inc(self, name: str, value: int = 1) -> None:
         if self._stats is not None and value:
@@ -278,7 +286,14 @@ class EventSync:
 
     def sweep_dead(self, *, older_than_ms: int | None = None) -> int:
         """Store dead letters that sit in Redis without an event to carry them
-        (their events were trimmed, say, during a long database outage)."""
+        (their events were trimmed, say, during a long database outage).
+
+        A malformed one never stops the others. One whose envelope is not JSON
+        is stored as a malformed dead letter that keeps its value, as the crawl
+        keeps a malformed task; one the store cannot hold (an id that is not
+        UTF-8 text, a time of death that is not a time) stays in Redis. Each is
+        logged once and counted in ``retryqueue/store/malformed``.
+        """
         if older_than_ms is None:
             older_than_ms = now_ms() - self.claim_idle_ms
         stored = skip = 0
@@ -288,35 +303,111 @@ class EventSync:
             )
             if not found:
                 break
-            events, envelopes = [], {}
-            for task_id, ts, raw in found:
-                doc = parse_envelope(raw)
-                kind = (doc or {}).get("dead_kind") or (doc or {}).get("kind") or ""
-                fields = {"type": "dead", "id": task_id, "ts": str(ts), "kind": str(kind)}
-                events.append(Event("0-0", self.spider, fields))
-                envelopes[(self.spider, "dead", task_id)] = doc
-            batch = build_batch(events, envelopes, policy_table=self.policy_table)
-            table = self.store.table
-            with self.store.begin() as conn:
-                conn.execute(sweep_statement(conn.dialect.name), batch.generations[0])
-                recorded = conn.execute(
-                    select(table.c.task_id, table.c.finished_at).where(
-                        and_(
-                            table.c.spider == self.spider,
-                            table.c.status == "dead",
-                            table.c.task_id.in_([t for t, _, _ in found]),
-                        )
+            deaths = []
+            for task_id, score, raw in found:
+                problem = unstorable_dead_letter(task_id, score)
+                if problem is not None:
+                    self._report_malformed(
+                        task_id,
+                        score,
+                        f"in {self.stream.keys.dead} cannot be stored ({problem}); "
+                        "it stays there, for a person to look at",
                     )
-                ).all()
-            finished = {t: round(f.timestamp() * 1000) for t, f in recorded if f is not None}
-            done = [(t, ts) for t, ts, _ in found if finished.get(t, -1) >= ts]
-            removed = self.stream.forget_dead(done)
+                    continue
+                deaths.append((task_id, int(score), self._swept_envelope(task_id, score, raw)))
+            removed = self._store_swept(deaths) if deaths else 0
             stored += removed
+            # What stays in Redis (not stored, or malformed) is skipped from now on.
             skip += len(found) - removed
             if len(found) < self.batch_size:
                 break
         self.inc("swept", stored)
         return stored
+
+    def _swept_envelope(self, task_id: str, score: float, raw: Any) -> EnvelopeDoc | None:
+        """A swept dead letter's envelope; one that is not a JSON object is kept
+        in the wrapper of a malformed task (its value as text, or base64)."""
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            error = None if isinstance(doc, dict) else "envelope must be a JSON object"
+        except ValueError as exc:  # UnicodeDecodeError too
+            error = f"envelope is not JSON: {exc}"
+        if error is not None:
+            self._report_malformed(
+                task_id,
+                score,
+                f"in {self.stream.keys.deadtasks} is malformed ({error}); stored as a "
+                "malformed dead letter that keeps its value",
+            )
+            raw = malformed_envelope(task_id, raw, error, self.stream.consumer)
+        return parse_envelope(raw)
+
+    def _store_swept(self, deaths: list[tuple[str, int, EnvelopeDoc | None]]) -> int:
+        """Write (task id, time of death, envelope) dead letters; remove from Redis
+        those the store now holds. Returns how many it removed."""
+        events, envelopes = [], {}
+        for task_id, ts, doc in deaths:
+            kind = (doc or {}).get("dead_kind") or (doc or {}).get("kind") or ""
+            fields = {"type": "dead", "id": task_id, "ts": str(ts), "kind": str(kind)}
+            events.append(Event("0-0", self.spider, fields))
+            envelopes[(self.spider, "dead", task_id)] = doc
+        batch = build_batch(events, envelopes, policy_table=self.policy_table)
+        table = self.store.table
+        with self.store.begin() as conn:
+            conn.execute(sweep_statement(conn.dialect.name), batch.generations[0])
+            recorded = conn.execute(
+                select(table.c.task_id, table.c.finished_at).where(
+                    and_(
+                        table.c.spider == self.spider,
+                        table.c.status == "dead",
+                        table.c.task_id.in_([t for t, _, _ in deaths]),
+                    )
+                )
+            ).all()
+        finished = {t: round(f.timestamp() * 1000) for t, f in recorded if f is not None}
+        done = [(t, ts) for t, ts, _ in deaths if finished.get(t, -1) >= ts]
+        return self.stream.forget_dead(done)
+
+    def _report_malformed(self, task_id: str, score: float, what: str) -> None:
+        # Once per writer: the sweep meets a dead letter left in Redis every time.
+        if (task_id, score) in self._malformed_seen:
+            return
+        self._malformed_seen.add((task_id, score))
+        self.inc("malformed")
+        logger.error("scrapy-retryqueue: dead letter %s %s", shown_id(task_id), what)
+
+
+def unstorable_dead_letter(task_id: str, death: float) -> str | None:
+    """Why a dead letter read from Redis cannot be a row of the store, or None.
+
+    Such a one could not be removed from Redis once written either (its row
+    would hold another id or no time of death), so the sweep leaves it there.
+    """
+    if not task_id:
+        return "its id is empty"
+    try:
+        task_id.encode()
+    except UnicodeEncodeError:  # read with surrogateescape: not UTF-8 in Redis
+        return "its id is not UTF-8 text"
+    if "\x00" in task_id:
+        return "its id holds a NUL character"  # PostgreSQL's text refuses it
+    if len(task_id) > TASK_ID_MAX:
+        return f"its id is longer than {TASK_ID_MAX} characters"
+    if not (math.isfinite(death) and death == int(death) and ms_to_datetime(int(death))):
+        return f"its time of death is not a time in ms ({death!r})"
+    return None
+
+
+def shown_id(task_id: str, limit: int = 80) -> str:
+    """A task id for a log line: ASCII, the bytes Redis holds when they are not
+    UTF-8, at most *limit* characters."""
+    try:
+        task_id.encode()
+    except UnicodeEncodeError:
+        return ascii(task_id.encode("utf-8", "surrogateescape")[:limit])
+    return ascii(task_id[:limit]) + ("..." if len(task_id) > limit else "")
 
 
 def apply_retention(

@@ -55,6 +55,8 @@ STATUS_OF = {
     "cancelled": "cancelled",
 }
 FINAL = frozenset(FINAL_TASK_STATUSES)
+#: The longest task id the table holds.
+TASK_ID_MAX: int = tasks_table.c.task_id.type.length
 #: Events whose envelope is read from the tasks hash / the dead letters hash.
 ENVELOPE_FROM_TASKS = frozenset({"scheduled"})
 ENVELOPE_FROM_DEAD = frozenset({"dead"})
@@ -140,9 +142,14 @@ def parse_entries(spider: str, entries: Iterable[tuple[Any, Any]]) -> list[Event
 
 
 def ms_to_datetime(ms: int | None) -> datetime | None:
+    """*ms* as a UTC datetime; None for 0 and for a time outside datetime's years
+    (1 to 9999): times come from Redis, and one must not stop the stream."""
     if not ms:
         return None
-    return datetime.fromtimestamp(ms / 1000, UTC)
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class EnvelopeDoc(dict[str, Any]):
@@ -289,7 +296,7 @@ def row_for_event(
     ms, seq = event.position
     row: dict[str, Any] = {
         "spider": event.spider[:255],
-        "task_id": event.task_id[:128],
+        "task_id": event.task_id[:TASK_ID_MAX],
         "created_at": when,
         "status": status,
         "next_retry_at": next_retry,
@@ -301,9 +308,9 @@ def row_for_event(
     kind = _str(fields.get("kind") or None, 32)
     if envelope is not None:
         row.update(envelope_columns(envelope, kind=kind, policy_table=policy_table))
-        created = _int(envelope.get("created"))
-        if created:
-            row["created_at"] = ms_to_datetime(created)
+        created = ms_to_datetime(_int(envelope.get("created")))
+        if created is not None:
+            row["created_at"] = created
     else:
         url = _str(fields.get("url") or None, 100_000)
         row["url"] = url
