@@ -34,6 +34,7 @@ class StatsDump:
         self.cpu_at_open = 0.0
         self.threads_at_open: dict[str, float] = {}
         self.opened = 0.0
+        self.first_response = 0.0
         self.last_response = 0.0
 
     @classmethod
@@ -51,6 +52,8 @@ class StatsDump:
 
     def response(self, response: Any, request: Any, spider: Any) -> None:
         self.last_response = time.monotonic()
+        if not self.first_response:
+            self.first_response = self.last_response
 
     def closed(self, spider: Any, reason: str) -> None:
         now = time.monotonic()
@@ -64,6 +67,7 @@ class StatsDump:
         stats["bench/cpu_at_close"] = cpu_seconds()
         stats["bench/open_to_close"] = now - self.opened
         stats["bench/last_response_to_close"] = now - (self.last_response or now)
+        stats["bench/open_to_first_response"] = (self.first_response or now) - self.opened
         # Per thread, from the spider's opening on (start-up is the main thread's).
         at_open = getattr(self, "threads_at_open", {})
         stats.update({k: v - at_open.get(k, 0.0) for k, v in _thread_cpu().items()})
@@ -141,3 +145,36 @@ class SchedulingProbe:
 
     def closed(self, spider: Any, reason: str) -> None:
         self.path.write_text(json.dumps(self.delays))
+
+
+class DueProbe:
+    """Records when the crawl's last retry fell due (its parking time plus the delay
+    the queue gave it) and when the spider closed, in seconds since the spider
+    opened; written to BENCH_DUE_FILE as JSON: how long the crawl ran beyond the
+    backoff it was asked for."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.path = Path(crawler.settings["BENCH_DUE_FILE"])
+        self.opened = 0.0
+        self.last_due = 0.0
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> DueProbe:
+        from scrapy_retryqueue import signals as rq_signals
+
+        probe = cls(crawler)
+        crawler.signals.connect(probe.opened_, signal=signals.spider_opened)
+        crawler.signals.connect(probe.scheduled, signal=rq_signals.retryqueue_scheduled)
+        crawler.signals.connect(probe.closed, signal=signals.spider_closed)
+        return probe
+
+    def opened_(self, spider: Any) -> None:
+        self.opened = time.monotonic()
+
+    def scheduled(self, decision: Any, **kwargs: Any) -> None:
+        due = time.monotonic() - self.opened + decision.delay
+        self.last_due = max(self.last_due, due)
+
+    def closed(self, spider: Any, reason: str) -> None:
+        closed = time.monotonic() - self.opened
+        self.path.write_text(json.dumps({"closed": closed, "last_due": self.last_due}))
