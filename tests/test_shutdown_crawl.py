@@ -1,4 +1,4 @@
-"""Ctrl-C while the spider opens: the crawl closes and exits (real crawls, real Redis).
+"""Ctrl-C at any moment: the crawl closes and exits (real crawls, real Redis).
 
 Scrapy stops a crawl by closing its spider, but only once its engine runs; a
 Ctrl-C between the "Spider opened" line and the engine's start (while the
@@ -11,6 +11,9 @@ earlier crawl that ended while Redis was down left writes in the local spool
 (docs/guarantees.md), and opening adopts them, reading the file on the reactor
 thread. They also show that the stop loses nothing: they are in Redis after it,
 or still in the spool for the next crawl.
+
+A second Ctrl-C stops the reactor before the add-on's close is done, wherever
+the close is: its worker thread must not keep the process alive either.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from scrapy_retryqueue.queue import Write
 from scrapy_retryqueue.spool import Spool
 
 from .crawling import flaky_site, read_crawl, start_crawl
+from .servers import RedisServer
 from .waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -141,3 +145,53 @@ def test_ctrl_c_while_the_spider_opens_closes_it_and_exits(
     client.close()
     assert due + spooled_lines(local) == SPOOLED
     print(f"exited {took:.1f}s after the Ctrl-C; {due} of {SPOOLED} adopted writes in Redis")
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own: the test pauses it."""
+    server = RedisServer(tmp_path / "redis-data", "--save", "")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_forced_stop_during_the_close_exits(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Ctrl-C twice mid-crawl: the reactor stops before the add-on's close is done, and
+    its worker thread, which the close stops, must not keep the process alive."""
+    settings = {
+        **SETTINGS,
+        "RETRYQUEUE_REDIS_URL": own_redis.url,
+        "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path / "local"),
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "CONCURRENT_REQUESTS": 2,
+    }
+    client = redis.Redis.from_url(own_redis.url, socket_timeout=5)
+    with flaky_site(pages=200, latency=0.5) as site:
+        process, out = start_crawl(site.url, "forced", tmp_path, settings)
+        log = out.with_suffix(".log")
+        try:
+            wait_for(lambda: site.get_json("/__log"), "the crawl to fetch pages", timeout=60)
+            # Every write of the crawl (polls, the closing calls) now waits, up to its
+            # socket timeout (10 s): the close cannot end before the second Ctrl-C.
+            client.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+            process.send_signal(signal.SIGINT)  # Ctrl-C: the close waits for Redis ...
+            wait_for(lambda: "Closing spider" in log.read_text(), "the spider to close")
+            process.send_signal(signal.SIGINT)  # ... and again: stop now
+            started = time.monotonic()
+            try:
+                _, stderr = process.communicate(timeout=EXIT_WITHIN)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the crawl did not exit within {EXIT_WITHIN}s of the second Ctrl-C")
+            took = time.monotonic() - started
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+            client.execute_command("CLIENT", "UNPAUSE")
+            client.close()
+    result = read_crawl(out, process.returncode, stderr)
+    assert "forcing unclean shutdown" in result.log, result.log[-3000:]
+    print(f"exited {took:.1f}s after the second Ctrl-C (rc {process.returncode})")
