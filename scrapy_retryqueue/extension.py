@@ -9,6 +9,7 @@ into ``storage`` retries.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -64,6 +65,8 @@ class RetryQueueExtension:
         self._last_poll = 0.0
         #: When this node last had work in flight (ms): its heartbeat tells the fleet.
         self._last_busy = now_ms()
+        #: The reactor's "before shutdown" trigger of this spider (see _reactor_stops).
+        self._shutdown_trigger: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueExtension:
@@ -79,11 +82,59 @@ class RetryQueueExtension:
         return ext
 
     async def spider_opened(self, spider: Spider) -> None:
+        from twisted.internet import reactor
+
+        if not reactor.running:
+            # Stopped (Ctrl-C) before the spider got here: the process is about to
+            # exit, and a worker thread started now would keep it from exiting.
+            return
+        self._shutdown_trigger = reactor.addSystemEventTrigger(
+            "before", "shutdown", self._reactor_stops
+        )
         await self.runtime.open(spider)
         self.tick()
 
+    def _reactor_stops(self) -> defer.Deferred[None] | None:
+        """Close the spider before the reactor stops, when Scrapy's stop left it open.
+
+        Scrapy stops a crawl by closing its spider, but only once the engine
+        runs: a Ctrl-C while the spider opens (the "Spider opened" line, then
+        the spider_opened handlers, this runtime connecting among them) finds
+        no engine running, and Scrapy stops the reactor with the spider open.
+        Nothing would then close the runtime: its worker thread would keep the
+        process from exiting, and a spool adopted from an earlier crawl would
+        be lost. The reactor waits for the Deferred returned here.
+        """
+        self._shutdown_trigger = None
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # no crawl: the components were opened by hand
+            return None
+        slot = getattr(engine, "_slot", None)
+        if (
+            engine is None
+            or engine.spider is None  # closed already
+            or getattr(slot, "closing", None) is not None  # closing: Scrapy finishes it
+            or self.crawler.crawling  # not asked to stop (CrawlerProcess stops it now)
+        ):
+            return None
+        logger.info(
+            "scrapy-retryqueue: stopped while the spider opens; closing it before the process exits"
+        )
+        d = deferred_from_coro(engine.close_async(reason="shutdown"))
+        d.addErrback(
+            lambda f: logger.error("scrapy-retryqueue: closing the spider failed: %s", f.value)
+        )
+        return d
+
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         self._closing = True
+        if self._shutdown_trigger is not None:
+            from twisted.internet import reactor
+
+            with contextlib.suppress(ValueError):  # already gone
+                reactor.removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         if self._ticking is not None:

@@ -157,9 +157,10 @@ class RetryQueueStoreExtension:
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         # The retry queue's last writes first: dead letters of the final
-        # failures, and the leases it releases as it closes.
+        # failures, and the leases it releases as it closes (also when it is
+        # still connecting: a Ctrl-C as the spider opens).
         runtime = runtime_if_any(self.crawler)
-        if runtime is not None and runtime.is_open:
+        if runtime is not None and runtime.started:
             await maybe_deferred_to_future(runtime.closed)
         await maybe_deferred_to_future(threads.deferToThread(self._stop_thread))
         self._close_deadline = time.monotonic() + self.store_config.close_timeout

@@ -171,6 +171,8 @@ class RetryQueueRuntime:
         #: Fires once close() has finished: every write of this crawl is in
         #: Redis (or in the spool), released leases included.
         self.closed: defer.Deferred[None] = defer.Deferred()
+        #: Fires once open() has finished (connected or not); None before it starts.
+        self._opening: defer.Deferred[None] | None = None
 
     def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
         """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
@@ -192,24 +194,34 @@ class RetryQueueRuntime:
     # -- lifecycle ---------------------------------------------------------------
 
     async def open(self, spider: Spider) -> None:
-        self.spider = self.planner.spider = spider
-        self.reporter.open(spider)
-        queue = await self.writes.open(spider.name)
-        if self.config.domain_cooldown:
-            self.breaker.open(
-                DomainCooldowns(
-                    queue.client,
-                    spider.name,
-                    node_id=self.config.node_id,
-                    events_maxlen=self.config.events_maxlen,
+        self._opening = defer.Deferred()
+        try:
+            self.spider = self.planner.spider = spider
+            self.reporter.open(spider)
+            queue = await self.writes.open(spider.name)
+            if self.config.domain_cooldown:
+                self.breaker.open(
+                    DomainCooldowns(
+                        queue.client,
+                        spider.name,
+                        node_id=self.config.node_id,
+                        events_maxlen=self.config.events_maxlen,
+                    )
                 )
-            )
+        finally:
+            self._opening.callback(None)
 
     async def close(self) -> None:
         from scrapy.utils.defer import maybe_deferred_to_future
 
         writes = self.writes
         try:
+            if self._opening is not None and not self._opening.called:
+                # Closed while it opens (Ctrl-C as the spider opens): what open()
+                # sets up (the worker thread, a spool adopted from an earlier
+                # crawl) must be closed too, not abandoned half-made. Its waits
+                # are bounded by the Redis connection timeouts.
+                await maybe_deferred_to_future(self._opening)
             if writes.queue is not None and not writes.down:
                 # The others stop waiting for this node at once.
                 with contextlib.suppress(Exception):
@@ -276,6 +288,11 @@ class RetryQueueRuntime:
     @property
     def is_open(self) -> bool:
         return self.writes.queue is not None
+
+    @property
+    def started(self) -> bool:
+        """open() was called, finished or not: :attr:`closed` fires once the spider closes."""
+        return self._opening is not None
 
     @property
     def down(self) -> bool:
