@@ -107,54 +107,53 @@ READING = """## Reading the figures
 
 - **Where the work is.** nginx serves the overhead, dead-letter and retry pages with well
   under 1 % of the crawler's CPU ("nginx ÷ crawler CPU"): the crawler is the bottleneck.
-  Stock Scrapy spends 3 to 4 ms of CPU per page on this machine (a page parsed into an
+  Stock Scrapy spends 3.5 to 5.5 ms of CPU per page on this machine (a page parsed into an
   item; a 404 or a 403 dropped by HttpErrorMiddleware costs about the same). CPU per page
   is the crawler child's user + system time from its resource usage at exit, less what it
   had used when the spider opened (Scrapy's and the add-on's start-up are left out).
-- **overhead.** With the store writer off the add-on costs nothing measurable: CPU ratio
-  1.01 (0.98 to 1.05), target met. With the store writer on, as a project gets it, the
-  crawl costs 1.14 times stock's CPU per page (1.09 to 1.20), target **missed**, and its
-  pages/s (0.82) follow. The writer thread itself is idle in a healthy crawl: the cost is
-  the store's modules. SQLAlchemy and Alembic are about 51,000 objects, three quarters as
-  many again as Scrapy and the add-on hold at start, and every full garbage collection of
-  the crawl walks them: stock Scrapy with those modules merely imported costs 1.06 times
-  its CPU per page (paired runs). Imported by the writer thread mid-crawl they cost 1.17;
-  they are now imported before the crawl. What would reach 1.05: import Alembic only to
-  migrate (store/db.py imports it at the top; 21,000 of the 51,000 objects), define the
-  writer's table without the ORM (9,000), or freeze the start-up heap: with the store's
-  modules imported and `gc.freeze()` called before the crawl, a crawl measured 0.83 times
-  stock's CPU per page, since Scrapy's own start-up objects leave the collector's walk too
-  (a process-wide choice, left to the project: `gc.freeze()` once its crawler is built,
-  before the crawl starts).
-  The pages/s figures come from crawls run one after the other and move by a quarter
-  between rounds; read the CPU ratios first.
-- **deadletters.** Target met for CPU with the store writer off (404: 1.09, 403: 1.05 of
-  stock's CPU per page); **missed** with it on (1.27 to 1.32, SQLite or PostgreSQL), and
-  missed for pages/s in every variant (0.67 to 0.87). Where the add-on's work goes, per
-  dead letter (profiles with py-spy, store writer micro-benchmarks): the plan and its
-  envelope on the reactor thread (the request as JSON is most of it), one batched script
-  call on the Redis worker thread (about 50 µs per dead letter in all), and the store
-  writer: about 50 µs to read the events and their envelopes and build the rows, 50 to 90
-  µs to write them (SQLite runs in the crawler's process, PostgreSQL does not), plus the
-  garbage collector's walk of the store's modules, which grows with every object the
-  crawl allocates. Before this work the writer wrote one event per transaction under a
-  stream of failures (1.1 ms of CPU per event with PostgreSQL, 3.2 with SQLite): it now
-  waits `RETRYQUEUE_STORE_INTERVAL` after a batch that was not full, and removes the stored
-  dead letters and acknowledges the batch in one script call, so batches hold hundreds of
-  events. The 403 crawl no longer writes 3,000 WARNING lines: `RETRYQUEUE_DEAD_LOG_LIMIT`
-  (20 per kind) lines, then one that says the rest go to DEBUG. Pages/s run to the last
-  response; "close s" is how long the spider then took to close (up to Scrapy's 5 s idle
-  check; issue 13's item 3). What would reach the targets: the store's modules out of the
-  collector's way (above); for pages/s, fewer hand-offs between the reactor and the Redis
-  worker thread per dead letter (the downloader middleware waits for each write's answer
-  before it lets the response go).
-- **retry.** Target met: a retried request costs the add-on about 2.2 ms of CPU, 0.49 of
+- **overhead.** CPU ratio targets met: 1.04 of stock's CPU per page with the store
+  writer on, as a project gets it (1.01 to 1.07), 0.99 with it off. Pages/s: 0.98 with
+  the writer off (met), 0.955 with it on (0.85 to 1.06 between rounds; **missed** by a
+  hair, within the spread of these sequential runs). What the writer costs a healthy
+  crawl is its modules, not its work (its thread used 0.01 s of CPU in a 1,000-page
+  crawl): every full garbage collection of the crawl walks the objects they add to the
+  heap. They were 51,000 before this round; the writer's table is now a Core table (the
+  ORM, 9,000 objects, is not imported) and a current schema is recognised with one
+  SELECT of the version table (Alembic, 20,000, is imported only to create or upgrade
+  one); SQLAlchemy's core remains (about 26,000 with the store's own modules, against
+  103,000 for Scrapy and the add-on at the spider's opening). What would remove the
+  rest: a writer in a process of its own (the crawl would never import SQLAlchemy), or
+  `gc.freeze()` once the crawler is built (a crawl measured 0.83 times stock's CPU per
+  page that way, since Scrapy's own start-up objects leave the walk too: a process-wide
+  choice left to the project).
+- **deadletters.** CPU targets met with the store writer off (404: 1.10, 403: 1.12 of
+  stock's CPU per page); **missed** with it on (1.20 to 1.27, SQLite or PostgreSQL).
+  Pages/s are **missed** in every variant: 0.85 to 0.87 with the writer off (0.67 to
+  0.87 before this round), 0.80 to 0.83 with it on. The downloader middleware no longer
+  waits for a fresh request's dead-letter write before it lets the response go (the
+  request is given up whatever the write answers), which freed the download slots the
+  writes held; the crawl is now CPU-bound, so its pages/s follow its CPU per page.
+  Where the add-on's work goes per dead letter (py-spy): the plan and its envelope on
+  the reactor thread (the request as JSON is most of it), one batched script call on the
+  Redis worker thread (about 50 µs), and with the store on the writer thread (0.25 to
+  0.3 ms: reading events and envelopes, building rows, SQLite's inserts, spread over
+  SQLAlchemy's execution path with no single hot spot) plus the collector's walk of the
+  store's modules, which costs more the more objects the crawl allocates (on a 3,000-page
+  404 crawl the oldest generation took 3.6 to 3.9 s of collection with the store on
+  against 2.8 s stock). The 403 crawl writes `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind)
+  WARNING lines, then one that says the rest go to DEBUG. What would reach the targets:
+  the store writer in a process of its own (its work off the crawl's GIL and its
+  modules out of the crawl's heap: both halves of the gap with the store on), and for
+  the writer-off pages/s, a cheaper envelope for a request that dies at its first try.
+  "close s" (last response to close) is 0.1 to 0.5 s: the prompt close works.
+- **retry.** Target met: a retried request costs the add-on about 3.3 ms of CPU, 0.61 of
   a healthy page, its failed download included (the 503's download and classification,
   the plan and envelope, the batched schedule, the poll that claims it, the request
   rebuilt from its envelope, the ack, three events and the store's rows). Stock Scrapy's
-  RetryMiddleware, which retries at once in memory and keeps nothing, costs about 1.1 ms
-  (0.27): the difference, about 1.1 ms per retry, is the price of a retry that outlives
-  the crawler and waits its backoff without holding a download slot.
+  RetryMiddleware, which retries at once in memory and keeps nothing, costs about 1.9 ms
+  (0.36): the difference, about 1.4 ms per retry, is the price of a retry that outlives
+  the crawler and waits its backoff without holding a download slot. (Absolute figures
+  run about a third higher than the previous round's on this machine: compare ratios.)
 - **hiredis.** Measured in-process, parser against parser on the same data: hiredis
   parses the store writer's reads (events and their envelopes) at about a fifth of the
   pure-Python parser's CPU (56 µs to 9 per event) and a claim's envelopes at about 0.4;
@@ -163,11 +162,13 @@ READING = """## Reading the figures
   the paths that read envelopes back, so it is a default dependency where wheels exist
   (CPython on Linux, macOS, Windows); the crawl benchmarks above ran with it.
 - **faults**: stock Scrapy retries each 429 twice at once and gives up: the 20 % of pages
-  that answer 429 three times are lost. The time beyond the longest chain is the crawl of
-  the pages themselves on the Python flaky site, a poll interval per retry stage, and the
-  close: "close s" is how long the spider took to close after its last response (4.7 s
-  here): Scrapy's idle check, every 5 s, decides it (issue 13's item 3, prompt close,
-  is not done in this branch).
+  that answer 429 three times are lost; the queue fetches them all. Target met for the
+  prompt close: the spider closes 0.5 s after the last retry fell due (its download
+  included), and 0.5 s after its last response. A poll that finds nothing left (no task
+  due or leased, no write on its way, no other node working) asks Scrapy to check at once
+  whether the spider is idle, rather than at its next 5-second check; polls come at the
+  next task's due time when that is sooner than the poll interval. ("wall s" holds the
+  first pass over 2,000 pages of the Python flaky site, which is the site's pace.)
 - **queue**: "ours" applies the same writes as the crawler does under load, in batches;
   the raw baselines do less (no lease check, no event, no live-task check).
 - **latency**: polls come at the poll interval, or sooner when the next task falls due
@@ -226,9 +227,10 @@ def render(run: dict[str, Any]) -> str:
         "",
         "Ratios compare variants measured in the same round on the same machine;",
         "absolute figures are for context only. These were taken on a shared 2-core",
-        "machine while other engineers' test suites ran on it (load average 2 to 7):",
-        "a single crawl's CPU per page moved by up to a quarter from one crawl to the",
-        "next, so read the medians of the per-round ratios, and their spread.",
+        "machine, with other work running on it at times (the latest sections beside",
+        "a test run at the lowest priority): a single crawl's CPU per page moved by up",
+        "to a quarter from one crawl to the next, so read the medians of the per-round",
+        "ratios, and their spread.",
         "",
     ]
     sections = [
