@@ -153,6 +153,17 @@ def spider_name(redis_client: redis.Redis) -> Iterator[str]:
 
 
 @pytest.fixture
+def namespace(redis_url: str) -> Iterator[str]:
+    """A spider name of its own for a real crawl against the single Redis server, so the
+    crawl's keys are this test's alone; they are deleted afterwards."""
+    name = f"c{uuid4().hex[:10]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*all_keys(keys_for(name)))
+    client.close()
+
+
+@pytest.fixture
 def queue(redis_client: redis.Redis, spider_name: str) -> RedisDelayedQueue:
     return RedisDelayedQueue(redis_client, spider_name, node_id="node-a")
 

@@ -22,7 +22,6 @@ from scrapy_retryqueue import embedded
 from scrapy_retryqueue.backoff import min_backoff
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.envelope import task_from_json
-from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
 from .crawling import Crawl, Site, flaky_site
@@ -69,16 +68,6 @@ def crawl(
     site_url: str, spider: str, tmp_path: Path, settings: dict[str, Any], *args: str
 ) -> Crawl:
     return run_crawl(site_url, spider, tmp_path, {**COMMON_SETTINGS, **settings}, *args)
-
-
-@pytest.fixture
-def namespace(redis_url: str) -> Any:
-    """A spider name of its own, so the crawl's Redis keys are this test's alone."""
-    name = f"e2e{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
 
 
 def expected_outcomes(site: Site) -> dict[str, str]:

@@ -80,15 +80,6 @@ def preload(client: redis.Redis, spider: str, urls: list[str]) -> dict[str, str]
     return tasks
 
 
-@pytest.fixture
-def namespace(redis_url: str) -> Iterator[str]:
-    name = f"fleet{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
-
-
 def fetches(site: Site) -> Counter[str]:
     return Counter(site.url + entry["path"] for entry in site.get_json("/__log"))
 

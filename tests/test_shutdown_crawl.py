@@ -21,7 +21,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import redis
 
 from scrapy_retryqueue.config import redact_url
 from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.keys import keys_for
 from scrapy_retryqueue.queue import Write
 from scrapy_retryqueue.spool import Spool
 
@@ -49,15 +48,6 @@ SETTINGS = {
     "TELNETCONSOLE_ENABLED": False,
     "DOWNLOAD_TIMEOUT": 2,
 }
-
-
-@pytest.fixture
-def namespace(redis_url: str) -> Iterator[str]:
-    name = f"stop{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
 
 
 def leave_spool(directory: Path, spider: str, redis_url: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
 
@@ -64,15 +63,6 @@ def private_postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.remove()
-
-
-@pytest.fixture
-def namespace(redis_url: str) -> Iterator[str]:
-    name = f"store{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
 
 
 def expected(site: Site) -> tuple[dict[str, str], set[str]]:
