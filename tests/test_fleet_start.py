@@ -20,6 +20,7 @@ run_fleet = importlib.import_module("run_fleet").run_fleet
 pytestmark = pytest.mark.e2e
 
 PAGES = 200
+SLOW_NODES = {"CONCURRENT_REQUESTS": 2, "CONCURRENT_REQUESTS_PER_DOMAIN": 2}
 
 
 def _check_shared(fleet: Any) -> None:
@@ -39,7 +40,16 @@ def _check_shared(fleet: Any) -> None:
 def test_three_nodes_started_at_the_same_instant_share_the_crawl(
     redis_url: str, tmp_path: Path
 ) -> None:
-    fleet = run_fleet(nodes=3, pages=PAGES, redis_url=redis_url, workdir=tmp_path)
+    # Slow enough (2 requests a node, 0.2 s a page) that a node whose Scrapy starts a
+    # second or two after the others on a loaded machine still finds the frontier full.
+    fleet = run_fleet(
+        nodes=3,
+        pages=PAGES,
+        redis_url=redis_url,
+        workdir=tmp_path,
+        site_options={"latency": 0.2},
+        node_settings=SLOW_NODES,
+    )
     _check_shared(fleet)
 
 
@@ -54,7 +64,7 @@ def test_a_node_started_late_joins_a_crawl_in_progress(redis_url: str, tmp_path:
         workdir=tmp_path,
         late=1.0,
         site_options={"latency": 0.2},
-        node_settings={"CONCURRENT_REQUESTS": 2, "CONCURRENT_REQUESTS_PER_DOMAIN": 2},
+        node_settings=SLOW_NODES,
     )
     _check_shared(fleet)
     late = fleet.nodes[-1]
