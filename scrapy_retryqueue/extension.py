@@ -9,7 +9,6 @@ into ``storage`` retries.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -32,6 +31,7 @@ from .defaults import (
 from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
 from .exceptions import EncryptionKeyError
 from .runtime import PollResult, RetryQueueRuntime, runtime_for
+from .shutdown import ShutdownTrigger
 from .values import now_ms
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ class RetryQueueExtension:
         self._last_poll = 0.0
         #: When this node last had work in flight (ms): its heartbeat tells the fleet.
         self._last_busy = now_ms()
-        #: The reactor's "before shutdown" trigger of this spider (see _reactor_stops).
-        self._shutdown_trigger: Any = None
+        #: Closes the spider when the reactor stops with it open (see _reactor_stops).
+        self._shutdown = ShutdownTrigger("before", self._reactor_stops)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueExtension:
@@ -88,9 +88,7 @@ class RetryQueueExtension:
             # Stopped (Ctrl-C) before the spider got here: the process is about to
             # exit, and a worker thread started now would keep it from exiting.
             return
-        self._shutdown_trigger = reactor.addSystemEventTrigger(
-            "before", "shutdown", self._reactor_stops
-        )
+        self._shutdown.arm()
         await self.runtime.open(spider)
         self.tick()
 
@@ -105,7 +103,6 @@ class RetryQueueExtension:
         process from exiting, and a spool adopted from an earlier crawl would
         be lost. The reactor waits for the Deferred returned here.
         """
-        self._shutdown_trigger = None
         try:
             engine = self.crawler.engine
         except RuntimeError:  # no crawl: the components were opened by hand
@@ -129,12 +126,7 @@ class RetryQueueExtension:
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         self._closing = True
-        if self._shutdown_trigger is not None:
-            from twisted.internet import reactor
-
-            with contextlib.suppress(ValueError):  # already gone
-                reactor.removeSystemEventTrigger(self._shutdown_trigger)
-            self._shutdown_trigger = None
+        self._shutdown.disarm()
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         if self._ticking is not None:

@@ -19,11 +19,10 @@ with this module: a crawl without the store never loads them.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 from scrapy import signals
@@ -42,6 +41,7 @@ from .defaults import (
 )
 from .exceptions import ConfigError
 from .runtime import runtime_if_any
+from .shutdown import ShutdownTrigger
 from .startup import mark_logged
 from .store.config import StoreConfig, load_store_config
 
@@ -99,7 +99,7 @@ class RetryQueueStoreExtension:
         self._stop = threading.Event()
         #: Set when the reactor stops: the closing writes stop waiting for the database.
         self._shutting_down = threading.Event()
-        self._shutdown_trigger: Any = None
+        self._shutdown = ShutdownTrigger("before", self._shutting_down.set)
         #: time.monotonic() by which the closing writes end (RETRYQUEUE_STORE_CLOSE_TIMEOUT).
         self._close_deadline: float | None = None
         self._thread: threading.Thread | None = None
@@ -146,12 +146,8 @@ class RetryQueueStoreExtension:
     # -- lifecycle ---------------------------------------------------------------
 
     def spider_opened(self, spider: Spider) -> None:
-        from twisted.internet import reactor
-
         self.spider_name = spider.name
-        self._shutdown_trigger = reactor.addSystemEventTrigger(
-            "before", "shutdown", self._shutting_down.set
-        )
+        self._shutdown.arm()
         self._thread = threading.Thread(target=self._run, name="retryqueue-store", daemon=True)
         self._thread.start()
 
@@ -175,12 +171,7 @@ class RetryQueueStoreExtension:
         if self._close_deadline is not None:
             deadline = min(deadline, self._close_deadline)
         await maybe_deferred_to_future(threads.deferToThread(self._flush, deadline, final=True))
-        if self._shutdown_trigger is not None:
-            from twisted.internet import reactor
-
-            with contextlib.suppress(ValueError):  # already gone
-                reactor.removeSystemEventTrigger(self._shutdown_trigger)
-            self._shutdown_trigger = None
+        self._shutdown.disarm()
 
     def _stop_thread(self) -> None:
         self._stop.set()

@@ -10,7 +10,6 @@ in order, once it answers again; nothing is claimed meanwhile.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from ..connection import client_for, embedded_dir
 from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from ..exceptions import RetryQueueError
 from ..queue import RedisDelayedQueue, Write
+from ..shutdown import ShutdownTrigger
 from ..spool import Spool, SpoolFull
 from .outcome import WRITE_OUTCOMES, Outcome
 
@@ -59,8 +59,8 @@ class WritePath:
         self.redis_url: str | None = None
         self.spool: Spool | None = None
         self._pool: ThreadPool | None = None
-        #: The reactor's "during shutdown" trigger that stops the worker (see _stop_worker).
-        self._pool_trigger: Any = None
+        #: Stops the worker if the reactor stops before shutdown() ran (see _stop_worker).
+        self._pool_stopper = ShutdownTrigger("during", self._stop_worker)
         self._pending: set[defer.Deferred[Any]] = set()
         self._buffer: list[tuple[Write, defer.Deferred[Outcome]]] = []
         self._flushing = False
@@ -79,12 +79,11 @@ class WritePath:
     async def open(self, spider_name: str) -> RedisDelayedQueue:
         """Start the worker, connect (or start the embedded server), adopt a left spool."""
         from scrapy.utils.defer import maybe_deferred_to_future
-        from twisted.internet import reactor
 
         config = self.config
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="retryqueue")
         self._pool.start()
-        self._pool_trigger = reactor.addSystemEventTrigger("during", "shutdown", self._stop_worker)
+        self._pool_stopper.arm()
         directory = embedded_dir(config.embedded_dir)
         client, url = await maybe_deferred_to_future(
             self.call(client_for, config, embedded_directory=directory)
@@ -149,12 +148,7 @@ class WritePath:
         self.left_in_spool = self.spool.close() if self.spool is not None else 0
         if self.queue is not None:
             await maybe_deferred_to_future(self.call(self.queue.client.close))
-        if self._pool_trigger is not None:
-            from twisted.internet import reactor
-
-            with contextlib.suppress(ValueError):  # already gone
-                reactor.removeSystemEventTrigger(self._pool_trigger)
-            self._pool_trigger = None
+        self._pool_stopper.disarm()
         if self._pool is not None:
             self._pool.stop()
             self._pool = None
@@ -164,7 +158,6 @@ class WritePath:
         twice): stop the worker, whose thread would keep the process from exiting,
         as the reactor stops its own pool; what the spool holds in memory goes to
         its file, for the next crawl."""
-        self._pool_trigger = None
         if self._pool is not None:
             self._pool.stop()  # joins the thread: the spool is the reactor's alone now
             self._pool = None
