@@ -112,15 +112,9 @@ def test_ctrl_c_while_the_spider_opens_closes_it_and_exits(
             if ctrl_c == 2:
                 wait_for(lambda: "shutting down gracefully" in log.read_text(), "the first stop")
                 process.send_signal(signal.SIGINT)  # force stop
-            try:
-                _, stderr = process.communicate(timeout=EXIT_WITHIN)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"the crawl did not exit within {EXIT_WITHIN}s of the Ctrl-C")
-            took = time.monotonic() - started
+            stderr, took = exit_of(process, started, "the Ctrl-C")
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+            kill_if_running(process)
     result = read_crawl(out, process.returncode, stderr)
     assert result.returncode == 0, result.log[-3000:]
     # The stop came while the spider opened (what this test is about), and the
@@ -135,6 +129,21 @@ def test_ctrl_c_while_the_spider_opens_closes_it_and_exits(
     client.close()
     assert due + spooled_lines(local) == SPOOLED
     print(f"exited {took:.1f}s after the Ctrl-C; {due} of {SPOOLED} adopted writes in Redis")
+
+
+def exit_of(process: subprocess.Popen[str], since: float, what: str) -> tuple[str, float]:
+    """The crawl's stderr and how long after *since* it exited; fails past EXIT_WITHIN."""
+    try:
+        _, stderr = process.communicate(timeout=EXIT_WITHIN)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the crawl did not exit within {EXIT_WITHIN}s of {what}")
+    return stderr, time.monotonic() - since
+
+
+def kill_if_running(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
 
 
 @pytest.fixture
@@ -170,16 +179,9 @@ def test_a_forced_stop_during_the_close_exits(own_redis: RedisServer, tmp_path: 
             process.send_signal(signal.SIGINT)  # Ctrl-C: the close waits for Redis ...
             wait_for(lambda: "Closing spider" in log.read_text(), "the spider to close")
             process.send_signal(signal.SIGINT)  # ... and again: stop now
-            started = time.monotonic()
-            try:
-                _, stderr = process.communicate(timeout=EXIT_WITHIN)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"the crawl did not exit within {EXIT_WITHIN}s of the second Ctrl-C")
-            took = time.monotonic() - started
+            stderr, took = exit_of(process, time.monotonic(), "the second Ctrl-C")
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+            kill_if_running(process)
             client.execute_command("CLIENT", "UNPAUSE")
             client.close()
     result = read_crawl(out, process.returncode, stderr)
