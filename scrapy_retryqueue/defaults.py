@@ -10,55 +10,45 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import kinds
+
 #: Version of the task envelope written to Redis; readers refuse newer ones.
 ENVELOPE_VERSION = 1
 
-# -- failure kinds -------------------------------------------------------------
+# -- failure kinds (derived from the one table, kinds.py) ---------------------
 
-#: Failure kinds that the classifier can produce and the policy table covers.
-RETRYABLE_KINDS = (
-    "timeout",
-    "connection",
-    "dns",
-    "rate_limited",
-    "server_error",
-    "parse",
-    "storage",
+_kinds = kinds.BUILTIN
+#: Failure kinds that the classifier can produce and whose default policy retries.
+RETRYABLE_KINDS = tuple(
+    k.name for k in _kinds if not k.internal and k.retry and k.name != kinds.UNKNOWN
 )
-PERMANENT_KINDS = ("not_found", "forbidden", "rule")
-#: The kind of an exception that no RETRYQUEUE_EXCEPTION_KINDS entry matches.
-UNKNOWN_KIND = "unknown"
-#: A request that cannot be stored as JSON (meta, cb_kwargs, callback).
-UNSERIALIZABLE_KIND = "unserializable"
-#: A stored envelope that cannot be read back.
-MALFORMED_KIND = "malformed"
-#: A task reclaimed more than RETRYQUEUE_MAX_RECLAIMS times (reap.lua).
-POISON_KIND = "poison"
-#: A retry that RETRYQUEUE_RETRY_HOOK refused.
-VETOED_KIND = "vetoed"
-#: A fresh request parked because its domain cools down: not a failure, no
-#: budget used (RETRYQUEUE_DOMAIN_COOLDOWN).
-DEFERRED_KIND = "deferred"
+PERMANENT_KINDS = tuple(
+    k.name for k in _kinds if not k.internal and not k.retry and k.name != kinds.UNKNOWN
+)
+UNKNOWN_KIND = kinds.UNKNOWN
+UNSERIALIZABLE_KIND = kinds.UNSERIALIZABLE
+MALFORMED_KIND = kinds.MALFORMED
+POISON_KIND = kinds.POISON
+VETOED_KIND = kinds.VETOED
+DEFERRED_KIND = kinds.DEFERRED
 #: Kinds produced by the queue itself: no policy covers them and none can be
 #: configured. A failure of one of these kinds is never retried (policy.py);
 #: a deferred task waits for its domain instead.
-INTERNAL_KINDS = (UNSERIALIZABLE_KIND, MALFORMED_KIND, POISON_KIND, VETOED_KIND, DEFERRED_KIND)
+INTERNAL_KINDS = tuple(k.name for k in _kinds if k.internal)
 #: Kinds that RETRYQUEUE_POLICIES, RETRYQUEUE_STATUS_KINDS and the meta keys may name.
-POLICY_KINDS = (*RETRYABLE_KINDS, *PERMANENT_KINDS, UNKNOWN_KIND)
+POLICY_KINDS = tuple(k.name for k in _kinds if not k.internal)
 #: Every kind a task can have: what filters on a kind accept.
-ALL_KINDS = (*POLICY_KINDS, *INTERNAL_KINDS)
+ALL_KINDS = tuple(k.name for k in _kinds)
 #: Kinds that count towards a domain's burst of failures; a throttling answer
 #: (429, 503 with Retry-After) trips the domain at once instead.
-BURST_KINDS = ("timeout", "connection", "server_error")
+BURST_KINDS = tuple(k.name for k in _kinds if k.burst)
 #: Kinds of failure that a domain's circuit breaker counts against it; any other
 #: answer of the site counts as a success.
-BREAKER_KINDS = ("rate_limited", *BURST_KINDS)
-#: Kinds that RETRYQUEUE_COOLDOWN_PROBE_PERMANENT gives one more try when they
-#: come from a domain cooling down (the site's overload may be their cause).
-COOLDOWN_PROBE_KINDS = ("forbidden", "not_found")
-#: Dead letters that the site or the project chose: logged at INFO, not ERROR
-#: (``forbidden`` at RETRYQUEUE_FORBIDDEN_LOG_LEVEL).
-EXPECTED_DEAD_KINDS = (*PERMANENT_KINDS, VETOED_KIND)
+BREAKER_KINDS = tuple(k.name for k in _kinds if k.breaker)
+#: Kinds that RETRYQUEUE_COOLDOWN_PROBE_PERMANENT gives one more try.
+COOLDOWN_PROBE_KINDS = tuple(k.name for k in _kinds if k.cooldown_probe)
+#: Dead letters that the site or the project chose: logged at INFO, not ERROR.
+EXPECTED_DEAD_KINDS = tuple(k.name for k in _kinds if k.dead_log_level != "ERROR")
 
 # -- retry policies --------------------------------------------------------------
 
@@ -78,45 +68,10 @@ POLICY_FIELDS: dict[str, Any] = {
 }
 
 
-def _policy(
-    retry: bool,
-    base_delay: float = POLICY_FIELDS["base_delay"],
-    multiplier: float = POLICY_FIELDS["multiplier"],
-    max_delay: float = POLICY_FIELDS["max_delay"],
-    max_retries: int = POLICY_FIELDS["max_retries"],
-) -> dict[str, Any]:
-    return {
-        **POLICY_FIELDS,
-        "retry": retry,
-        "base_delay": base_delay,
-        "multiplier": multiplier,
-        "max_delay": max_delay,
-        "max_retries": max_retries,
-    }
-
-
 #: RETRYQUEUE_POLICIES: per failure kind; delays in seconds. A project's value is
 #: merged over this one key by key, so it only names what it changes.
 POLICIES: dict[str, dict[str, Any]] = {
-    # Every delay below is shorter than the default RETRYQUEUE_IDLE_TIMEOUT, so
-    # a one-shot `scrapy crawl` runs every retry of its failures before it
-    # closes (unless a server's Retry-After asks for longer); docs/settings.md
-    # lists how long each kind's chain can extend a crawl.
-    # 3, 6, 12, 24, 48 s before jitter.
-    "timeout": _policy(True, 3.0, 2.0, 120.0, 5),
-    "connection": _policy(True, 5.0, 2.0, 120.0, 5),
-    "dns": _policy(True, 30.0, 2.0, 120.0, 3),
-    # Longer: hammering a site that asks us to slow down makes things worse.
-    "rate_limited": _policy(True, 30.0, 2.0, 240.0, 6),
-    "server_error": _policy(True, 10.0, 2.0, 240.0, 5),
-    # A layout that changed for a while: few tries, further apart.
-    "parse": _policy(True, 30.0, 2.0, 240.0, 3),
-    # A database that refused a write usually takes it a moment later.
-    "storage": _policy(True, 1.0, 2.0, 60.0, 5),
-    "not_found": _policy(False),
-    "forbidden": _policy(False),
-    "rule": _policy(False),
-    "unknown": _policy(True, 60.0, 2.0, 120.0, 2),
+    k.name: {**POLICY_FIELDS, **k.policy} for k in _kinds if not k.internal
 }
 
 #: RETRYQUEUE_STATUS_KINDS: which HTTP statuses are failures, and of which kind.

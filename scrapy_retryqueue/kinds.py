@@ -1,0 +1,132 @@
+"""The failure kinds: one table of records, the only place a kind's name is spelled.
+
+A kind says what the rest of the code needs to know about a failure: whether
+it is retried and with which default policy, whether it counts against a
+domain's breaker, whether it is a download failure, at which level its dead
+letters are logged, and whether the queue itself produces it. The built-in
+kinds are the entries of :data:`BUILTIN`; a project declares more with
+``RETRYQUEUE_KINDS`` (validated by :mod:`scrapy_retryqueue.config`).
+
+Code that needs one kind by its role names the constant below (``kinds.PARSE``),
+never the string: a test holds that no kind literal appears outside this module.
+Lua scripts get the kinds they write through ARGV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# -- the built-in kinds, by role ---------------------------------------------------
+
+TIMEOUT = "timeout"
+CONNECTION = "connection"
+DNS = "dns"
+RATE_LIMITED = "rate_limited"
+SERVER_ERROR = "server_error"
+#: A callback raised (RetryQueueSpiderMiddleware).
+PARSE = "parse"
+#: An item pipeline failed (item_error).
+STORAGE = "storage"
+NOT_FOUND = "not_found"
+FORBIDDEN = "forbidden"
+#: The project said so (PermanentFailure).
+RULE = "rule"
+#: An exception that no RETRYQUEUE_EXCEPTION_KINDS entry matches.
+UNKNOWN = "unknown"
+#: A request that cannot be stored as JSON (meta, cb_kwargs, callback).
+UNSERIALIZABLE = "unserializable"
+#: A stored envelope that cannot be read back.
+MALFORMED = "malformed"
+#: A task reclaimed more than RETRYQUEUE_MAX_RECLAIMS times (reap.lua).
+POISON = "poison"
+#: A retry that RETRYQUEUE_RETRY_HOOK refused.
+VETOED = "vetoed"
+#: A fresh request parked because its domain cools down: not a failure, no
+#: budget used (RETRYQUEUE_DOMAIN_COOLDOWN).
+DEFERRED = "deferred"
+
+#: Log levels a kind's dead letters may be logged at. "setting:NAME" defers to
+#: a setting (forbidden: RETRYQUEUE_FORBIDDEN_LOG_LEVEL).
+DEAD_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One failure kind and what the code needs to know about it."""
+
+    name: str
+    #: Its default policy fields (policy.Policy's), merged over POLICY_FIELDS.
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    #: Counts against a domain's circuit breaker (RETRYQUEUE_DOMAIN_COOLDOWN).
+    breaker: bool = False
+    #: Counts towards a domain's burst of failures (RETRYQUEUE_BURST_THRESHOLD);
+    #: a breaker kind that is not a burst kind (rate_limited) trips the domain at once.
+    burst: bool = False
+    #: A failure of the download itself (what Scrapy's RETRY_EXCEPTIONS and
+    #: RETRY_HTTP_CODES cover), as opposed to a callback's or a pipeline's.
+    download: bool = False
+    #: Level of its dead letters' log line.
+    dead_log_level: str = "ERROR"
+    #: Produced by the queue itself: no policy covers it and none can be
+    #: configured; never retried (a deferred task waits for its domain instead).
+    internal: bool = False
+    #: RETRYQUEUE_COOLDOWN_PROBE_PERMANENT gives it one more try when it comes
+    #: from a domain cooling down (the site's overload may be its cause).
+    cooldown_probe: bool = False
+
+    @property
+    def retry(self) -> bool:
+        """Retried by its default policy."""
+        return bool(self.policy.get("retry", False))
+
+
+def _retried(base_delay: float, max_delay: float, max_retries: int) -> dict[str, Any]:
+    # The multiplier and the jitter come from defaults.POLICY_FIELDS.
+    return {
+        "retry": True,
+        "base_delay": base_delay,
+        "max_delay": max_delay,
+        "max_retries": max_retries,
+    }
+
+
+_NEVER: dict[str, Any] = {"retry": False}
+
+#: The built-in kinds, in the order people see them. Every delay below is
+#: shorter than the default RETRYQUEUE_IDLE_TIMEOUT, so a one-shot `scrapy
+#: crawl` runs every retry of its failures before it closes (unless a server's
+#: Retry-After asks for longer); docs/settings.md lists how long each kind's
+#: chain can extend a crawl.
+BUILTIN: tuple[Kind, ...] = (
+    # 3, 6, 12, 24, 48 s before jitter.
+    Kind(TIMEOUT, _retried(3.0, 120.0, 5), breaker=True, burst=True, download=True),
+    Kind(CONNECTION, _retried(5.0, 120.0, 5), breaker=True, burst=True, download=True),
+    Kind(DNS, _retried(30.0, 120.0, 3), download=True),
+    # Longer: hammering a site that asks us to slow down makes things worse.
+    Kind(RATE_LIMITED, _retried(30.0, 240.0, 6), breaker=True, download=True),
+    Kind(SERVER_ERROR, _retried(10.0, 240.0, 5), breaker=True, burst=True, download=True),
+    # A layout that changed for a while: few tries, further apart.
+    Kind(PARSE, _retried(30.0, 240.0, 3)),
+    # A database that refused a write usually takes it a moment later.
+    Kind(STORAGE, _retried(1.0, 60.0, 5)),
+    # The site or the project chose these: logged at INFO, not ERROR.
+    Kind(NOT_FOUND, _NEVER, dead_log_level="INFO", cooldown_probe=True),
+    Kind(
+        FORBIDDEN,
+        _NEVER,
+        dead_log_level="setting:RETRYQUEUE_FORBIDDEN_LOG_LEVEL",
+        cooldown_probe=True,
+    ),
+    Kind(RULE, _NEVER, dead_log_level="INFO"),
+    Kind(UNKNOWN, _retried(60.0, 120.0, 2), download=True),
+    Kind(UNSERIALIZABLE, internal=True),
+    Kind(MALFORMED, internal=True),
+    Kind(POISON, internal=True),
+    Kind(VETOED, internal=True, dead_log_level="INFO"),
+    Kind(DEFERRED, internal=True),
+)
+
+#: Built-in kinds by name.
+BUILTIN_BY_NAME: dict[str, Kind] = {kind.name: kind for kind in BUILTIN}
