@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-unit test-integration test-e2e lint bench clean
 
+# The import contracts of pyproject.toml ([tool.importlinter], docs/architecture.md).
+LINT_IMPORTS := $(VENV)/bin/lint-imports --no-logo --no-cache
+
 $(STAMP): pyproject.toml setup.cfg
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -22,6 +25,7 @@ demo: install
 test: install
 	bash scripts/ensure-services
 	$(PY) -m ruff check scrapy_retryqueue tests example_project benchmarks
+	$(LINT_IMPORTS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # One tier each (tests/conftest.py marks every test unit, integration or e2e).
@@ -52,6 +56,7 @@ bench: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(LINT_IMPORTS)
 
 clean:
 	rm -rf $(VENV) .tox .pytest_cache build *.egg-info

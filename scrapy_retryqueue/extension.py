@@ -28,7 +28,6 @@ from .defaults import (
     META_ITEM,
     MIN_POLL_INTERVAL,
 )
-from .envelope import EnvelopeError, check_json, request_from_json, task_from_json
 from .exceptions import EncryptionKeyError
 from .runtime import PollResult, RetryQueueRuntime, runtime_for
 from .shutdown import ShutdownTrigger
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from twisted.internet.base import DelayedCall
     from twisted.python.failure import Failure
 
-    from .queue import Claimed
+    from .runtime import Claimed
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class RetryQueueExtension:
         self._ticking: defer.Deferred[Any] | None = None
         self._idle_since: float | None = None
         self._counts: Claimed | None = None
-        #: runtime.writes.writes when the poll that read _counts started.
+        #: runtime.writes_submitted when the poll that read _counts started.
         self._counts_writes = -1
         self._closing = False
         #: When the next "waiting for retries" line is due (time.time()).
@@ -133,7 +132,7 @@ class RetryQueueExtension:
             # Its claims must be known before the node releases what it holds.
             await maybe_deferred_to_future(self._ticking)
         await self.runtime.close()
-        self.runtime.reporter.summary()
+        self.runtime.summary()
         pending = 0 if self._counts is None else self._counts.due + self._counts.leased
         self.runtime.left_behind(pending, reason)
 
@@ -142,7 +141,7 @@ class RetryQueueExtension:
     def tick(self) -> None:
         if self._ticking is not None or self._closing:
             return
-        writes_seen = self.runtime.writes.writes
+        writes_seen = self.runtime.writes_submitted
         if not self._engine_idle():
             self._last_busy = now_ms()
             self._fleet_idle_since = None
@@ -171,7 +170,7 @@ class RetryQueueExtension:
         if until > 0:
             return min(poll, max(min(MIN_POLL_INTERVAL, poll), until))
         # Due already: the last claim was capped by its batch, or by room.
-        return min(MIN_POLL_INTERVAL, poll) if self.runtime.leases.room else poll
+        return min(MIN_POLL_INTERVAL, poll) if self.runtime.room else poll
 
     def _arm(self, delay: float) -> None:
         from twisted.internet import reactor
@@ -207,21 +206,17 @@ class RetryQueueExtension:
             self._reinject(task_id, raw, result.token)
 
     def _reinject(self, task_id: str, raw: str | bytes, token: str) -> None:
-        runtime = self.runtime
         if self._closing:
             return  # held: handed back when the spider closes
         try:
-            task = task_from_json(raw)
-            request = request_from_json(task.request, runtime.spider, cipher=self.config.encryption)
+            request = self.runtime.claimed(task_id, raw, token)
         except EncryptionKeyError as exc:
             # Not malformed: a node with the key can run it. Keep it (held,
             # then handed back at close) and stop this crawl (encryption.py).
             self._stop_without_key(task_id, exc)
             return
-        except EnvelopeError as exc:
-            runtime.dead_letter_malformed(task_id, raw, token, exc)
-            return
-        request = runtime.claimed_request(task, token, request)
+        if request is None:
+            return  # malformed: dead-lettered
         if isinstance(request.meta.get(META_ITEM), dict) and self.config.item_replay:
             deferred_from_coro(self._replay(request)).addErrback(
                 lambda f: logger.error(
@@ -238,7 +233,7 @@ class RetryQueueExtension:
         closes, due at once, for a node that has its key.
         """
         self._closing = True
-        self.runtime.reporter.count("retryqueue/encryption/key_missing")
+        self.runtime.count("retryqueue/encryption/key_missing")
         logger.error(
             "scrapy-retryqueue: task %s: %s. The task stays in Redis, handed back due now; "
             "the crawl stops (finish reason %s)",
@@ -259,12 +254,12 @@ class RetryQueueExtension:
             # Fresh counts; not when a poll just ran, since polls themselves
             # wake the engine, which calls this handler.
             self.tick()
-        if runtime.busy or runtime.leases.held:
+        if runtime.busy or runtime.held:
             raise DontCloseSpider
-        waiting_for_redis = runtime.down or runtime.writes.spooled > 0
+        waiting_for_redis = runtime.down or runtime.spooled > 0
         # Counts read before the latest write (a parse retry scheduled after
         # the last poll, say) cannot tell that nothing is pending.
-        stale = self._counts is None or self._counts_writes != runtime.writes.writes
+        stale = self._counts is None or self._counts_writes != runtime.writes_submitted
         counts = self._counts
         pending = 0 if counts is None else counts.due + counts.leased
         if not (waiting_for_redis or stale or pending):
@@ -341,7 +336,7 @@ class RetryQueueExtension:
         runtime = self.runtime
         return (
             not (result.claimed.due or result.claimed.leased or result.claimed.tasks)
-            and not (runtime.busy or runtime.leases.held or runtime.down)
+            and not (runtime.busy or runtime.held or runtime.down)
             and not runtime.fleet_working()
             and self._engine_idle()
         )
@@ -369,34 +364,22 @@ class RetryQueueExtension:
         if request is None or request.meta.get("dont_retry", False):
             return
         storage = failure_for_kind("storage", failure.value)
-        replay = self._replay_meta(item) if self.config.item_replay else None
+        replay = self.runtime.replay_meta(item) if self.config.item_replay else None
         if replay is not None and META_ITEM not in request.meta:
             # Each failed item of a page is a task of its own: fingerprint + item.
             digest = hashlib.sha1(self.runtime.fingerprint(request).encode())
             digest.update(json.dumps(replay, sort_keys=True, default=str).encode())
             replayed = request.replace(meta={**request.meta, META_ITEM: replay})
-            self.runtime.reporter.count("retryqueue/item_replay/scheduled")
+            self.runtime.count("retryqueue/item_replay/scheduled")
             self.runtime.park(replayed, storage, task_id=digest.hexdigest())
         else:
             if self.config.item_replay and replay is None:
-                self.runtime.reporter.count("retryqueue/item_replay/unserializable")
+                self.runtime.count("retryqueue/item_replay/unserializable")
             self.runtime.park(request, storage)
-
-    def _replay_meta(self, item: Any) -> dict[str, Any] | None:
-        """The item as JSON, with its class when it can be rebuilt; None when it is not JSON."""
-        from itemadapter import ItemAdapter
-
-        try:
-            data = check_json(ItemAdapter(item).asdict(), "item")
-        except (EnvelopeError, TypeError, ValueError):
-            return None
-        cls = type(item)
-        path = None if cls is dict else f"{cls.__module__}.{cls.__qualname__}"
-        return {"item": data, "class": path}
 
     def item_scraped(self, item: Any, response: Any, spider: Spider) -> None:
         if _is_replay(response):
-            self.runtime.reporter.count("retryqueue/item_replay/stored")
+            self.runtime.count("retryqueue/item_replay/stored")
             self.runtime.ack(response.request)
 
     def item_dropped(self, item: Any, response: Any, spider: Spider, exception: Any) -> None:
@@ -417,7 +400,7 @@ class RetryQueueExtension:
         # A stand-in for the page: item_error / item_scraped name its request,
         # whose meta holds the task, so the extension acks or reschedules it.
         response = Response(request.url, request=request, flags=[REPLAY_FLAG])
-        self.runtime.reporter.count("retryqueue/item_replay/replayed")
+        self.runtime.count("retryqueue/item_replay/replayed")
         scraper = self.crawler.engine.scraper
         await scraper.start_itemproc_async(item, response=response)
 

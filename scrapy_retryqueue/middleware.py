@@ -26,7 +26,6 @@ from twisted.python.failure import Failure
 from .classify import classify_exception, classify_status
 from .exceptions import DomainCoolingDown, RequestParked
 from .runtime import Parking, RetryQueueRuntime, runtime_for
-from .runtime.taskref import ref_of
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -50,10 +49,10 @@ class RetryQueueMiddleware:
     def __init__(self, runtime: RetryQueueRuntime) -> None:
         self.runtime = runtime
         self.config = runtime.config
-        #: The breaker's dict of cooling domains, updated in place: empty in a
-        #: healthy crawl, so process_request costs one truth test.
-        self._cooling = runtime.breaker.cooling
-        runtime.breaker.on_cooling = self._take_back_queued
+        #: The cooling domains (a read-only view the runtime keeps current): empty
+        #: in a healthy crawl, so process_request costs one truth test.
+        self._cooling = runtime.cooling
+        runtime.on_domain_cooling(self._take_back_queued)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueMiddleware:
@@ -77,7 +76,7 @@ class RetryQueueMiddleware:
             held = [
                 (request, waiting)
                 for request, waiting in queue
-                if self.runtime.breaker.cooling_until(request) is not None
+                if self.runtime.cooling_until(request) is not None
                 and request.callback is not NO_CALLBACK
                 and not request.meta.get("dont_retry", False)
             ]
@@ -96,8 +95,9 @@ class RetryQueueMiddleware:
         """
         if not self._cooling or request.meta.get("dont_retry", False):
             return None
-        if request.callback is NO_CALLBACK or ref_of(request) is not None:
+        if request.callback is NO_CALLBACK:
             return None
+        # None for a re-injected task too: its claim let it through.
         parking = self.runtime.defer(request)
         return None if parking is None else self._park(parking)
 

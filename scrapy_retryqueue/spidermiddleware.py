@@ -45,7 +45,7 @@ class RetryQueueSpiderMiddleware:
         parking = self.runtime.park(request, failure_for_kind(kind, exception))
         if not parking.retry:
             return None  # given up: Scrapy logs it, with its traceback, and counts it
-        self.runtime.reporter.callback_error(
+        self.runtime.callback_error(
             exception, response, first=parking.attempt == 1, due_in=parking.delay
         )
         return []

@@ -76,8 +76,12 @@ def test_a_fresh_request_to_a_cooling_domain_is_deferred_without_budget(tmp_path
     until = now_ms() + 20_000
     runtime.breaker.polled({"shop.test": until})
     request = scrapy.Request("http://Shop.Test:8080/p/1")
-    assert runtime.breaker.cooling_until(request) == until
-    assert runtime.breaker.cooling_until(scrapy.Request("http://calm.test/")) is None
+    assert runtime.cooling_until(request) == until
+    assert runtime.cooling_until(scrapy.Request("http://calm.test/")) is None
+    # The glue's gate: a read-only view of what cools, current after each poll.
+    assert dict(runtime.cooling) == {"shop.test": until}
+    with pytest.raises(TypeError):
+        runtime.cooling["calm.test"] = until  # type: ignore[index]
     plan = runtime.planner.plan_deferred(request, until)
     assert plan.decision.kind == "deferred" and plan.decision.retry
     assert plan.task.kind == "deferred"
@@ -189,12 +193,12 @@ def test_a_cooldown_another_node_tripped_stops_this_node_at_once(tmp_path: Path)
 
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     told: list[dict[str, int]] = []
-    runtime.breaker.on_cooling = lambda: told.append(dict(runtime.breaker.cooling))
+    runtime.on_domain_cooling(lambda: told.append(dict(runtime.cooling)))
     until = now_ms() + 8_000
     # This node's 429 met a domain already cooling: the reply changes nothing in
     # Redis, but says until when it cools.
     runtime.breaker._changed(DomainChange("shop.test", False, "cooling", "cooling", until, 1))
-    assert runtime.breaker.cooling_until(scrapy.Request("http://shop.test/x")) == until
+    assert runtime.cooling_until(scrapy.Request("http://shop.test/x")) == until
     assert told == [{"shop.test": until}]
     assert runtime.crawler.stats.get_value("retryqueue/domain/cooldowns") is None
     # The same end again: nothing new to tell the downloader.
@@ -205,7 +209,8 @@ def test_a_cooldown_another_node_tripped_stops_this_node_at_once(tmp_path: Path)
 def test_a_poll_that_finds_a_new_cooldown_tells_the_downloader(tmp_path: Path):
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     told: list[int] = []
-    runtime.breaker.on_cooling = lambda: told.append(1)
+    runtime.on_domain_cooling(lambda: told.append(1))
     runtime.breaker.polled({"shop.test": now_ms() + 5_000})
     runtime.breaker.polled({})  # reopened: nothing to take back
     assert told == [1]
+    assert not runtime.cooling

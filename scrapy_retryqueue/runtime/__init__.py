@@ -12,6 +12,11 @@ path of a failure reads top-down from :meth:`RetryQueueRuntime.park`:
 Beside them: :mod:`.taskref` (which task a request is), :mod:`.leases` (the
 tasks this node holds and the poll that claims them) and :mod:`.breaker`
 (per-domain cooldowns).
+
+The glue reads none of these parts: what it needs of them (counts, the
+cooling domains, the decoding of a claimed task, stats and reports) is a
+method or property here, so a part can change without touching the glue.
+import-linter's contracts (pyproject.toml) hold the glue to this package.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -28,9 +34,15 @@ from twisted.internet import defer
 from ..config import Config, config_for, redact_url
 from ..defaults import FLEET_BUSY_MIN_MS, FLEET_HEARTBEAT_MIN_MS, MALFORMED_KIND, POISON_KIND
 from ..domains import DomainCooldowns
-from ..envelope import malformed_envelope
+from ..envelope import (
+    EnvelopeError,
+    check_json,
+    malformed_envelope,
+    request_from_json,
+    task_from_json,
+)
 from ..exceptions import ConfigError, RequestParked
-from ..queue import Write
+from ..queue import Claimed, Write
 from ..startup import mark_logged
 from ..values import now_ms
 from .breaker import DomainBreaker
@@ -42,17 +54,17 @@ from .taskref import live_ref, ref_of, settle, task_ref
 from .writes import CONNECTION_ERRORS, WritePath
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
     from ..classify import FailureInfo
     from ..envelope import Task
-    from ..queue import Claimed
 
 __all__ = [
     "CONNECTION_ERRORS",
+    "Claimed",
     "Outcome",
     "Parking",
     "PollResult",
@@ -165,6 +177,10 @@ class RetryQueueRuntime:
             retry_hook=self._build_hook(self.config.retry_hook),
             cooling=self.breaker.cooling,
         )
+        #: The domains cooling down (domain -> end of the cooldown, ms), read-only:
+        #: a view of the breaker's dict, so empty in a healthy crawl, and a truth
+        #: test of it is all a fresh request's gate costs.
+        self.cooling: Mapping[str, int] = MappingProxyType(self.breaker.cooling)
         self.spider: Spider | None = None
         #: What the last poll read of the fleet: node -> (heartbeat ms, last busy ms).
         self.fleet: dict[str, tuple[int, int]] = {}
@@ -297,6 +313,55 @@ class RetryQueueRuntime:
     @property
     def down(self) -> bool:
         return self.writes.down
+
+    @property
+    def writes_submitted(self) -> int:
+        """Writes submitted so far: queue counts read before the latest one are stale."""
+        return self.writes.writes
+
+    @property
+    def spooled(self) -> int:
+        """Writes waiting in the local spool until Redis answers."""
+        return self.writes.spooled
+
+    @property
+    def held(self) -> int:
+        """Tasks this node holds under lease: claimed, not finished yet."""
+        return len(self.leases)
+
+    @property
+    def room(self) -> int:
+        """How many more tasks this node may claim now (RETRYQUEUE_MAX_IN_FLIGHT)."""
+        return self.leases.room
+
+    # -- telling ---------------------------------------------------------------------------
+
+    def count(self, stat: str, value: int = 1) -> None:
+        self.reporter.count(stat, value)
+
+    def summary(self) -> None:
+        """The end-of-crawl lines: per kind, retries scheduled, recovered and dead."""
+        self.reporter.summary()
+
+    def callback_error(
+        self, exception: BaseException, response: Any, *, first: bool, due_in: float
+    ) -> None:
+        """A callback's exception parked for a retry: counted, signalled, logged as Scrapy does."""
+        self.reporter.callback_error(exception, response, first=first, due_in=due_in)
+
+    # -- domains ---------------------------------------------------------------------------
+
+    def cooling_until(self, request: Request) -> int | None:
+        """End of the cooldown (ms) of the request's domain, None when it is open."""
+        return self.breaker.cooling_until(request)
+
+    def on_domain_cooling(self, callback: Callable[[], None]) -> None:
+        """Have *callback* called when a domain starts to cool or cools longer.
+
+        The downloader glue takes that domain's requests back out of Scrapy's
+        download queue then: the breaker knows nothing of Scrapy's downloader.
+        """
+        self.breaker.on_cooling = callback
 
     # -- failures --------------------------------------------------------------------------
 
@@ -445,7 +510,7 @@ class RetryQueueRuntime:
             )
             reporter.dead_without_request(POISON_KIND, result.poisoned, reason)
         # Ghosts (due ids without an envelope): claim.lua dead-lettered them.
-        self._report_ghosts(result.claimed)
+        reporter.ghosts(result.claimed)
         if result.lost:
             self.leases.lost(result.lost)
             reporter.count("retryqueue/lease_lost", len(result.lost))
@@ -453,30 +518,27 @@ class RetryQueueRuntime:
             self.leases.hold(task_id, result.token)
         return result
 
-    def _report_ghosts(self, claimed: Claimed) -> None:
-        """Due ids the claim found without an envelope: one ERROR line, a stat, dead letters."""
-        ghosts, kept = claimed.ghosts, claimed.ghosts_kept
-        if not (ghosts or kept):
-            return
-        self.reporter.count("retryqueue/ghosts", len(ghosts) + len(kept))
-        shown = ", ".join(map(ascii, [*ghosts, *kept][:5]))
-        logger.error(
-            "scrapy-retryqueue: %d task id(s) in the due set had no envelope (%s%s); %s",
-            len(ghosts) + len(kept),
-            shown,
-            ", ..." if len(ghosts) + len(kept) > 5 else "",
-            f"{len(ghosts)} kept as malformed dead letter(s)"
-            + (f", {len(kept)} dropped (a dead letter of that id exists)" if kept else ""),
-        )
-        reason = "task id was in the due set without an envelope"
-        self.reporter.dead_without_request(MALFORMED_KIND, ghosts, reason)
-
     def _poll_failed(self, failure: Any) -> None:
         if failure.check(*CONNECTION_ERRORS):
             self.writes.mark_down(failure.value)
             return
         self.reporter.count("retryqueue/poll_error")
         logger.error("scrapy-retryqueue: poll failed: %s", failure.value)
+
+    def claimed(self, task_id: str, raw: str | bytes, token: str) -> Request | None:
+        """The request of a task a poll claimed, marked as that task's attempt under *token*.
+
+        None when the stored task cannot be read: it is dead-lettered as
+        malformed. Raises EncryptionKeyError when no listed key decrypts it:
+        it is not malformed, a node with the key can run it (encryption.py).
+        """
+        try:
+            task = task_from_json(raw)
+            request = request_from_json(task.request, self.spider, cipher=self.config.encryption)
+        except EnvelopeError as exc:  # EncryptionKeyError is not one: it goes on up
+            self._dead_letter_malformed(task_id, raw, token, exc)
+            return None
+        return self.claimed_request(task, token, request)
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
@@ -488,7 +550,7 @@ class RetryQueueRuntime:
         self.reporter.count("retryqueue/reinjected")
         return request
 
-    def dead_letter_malformed(
+    def _dead_letter_malformed(
         self, task_id: str, raw: str | bytes, token: str, error: Exception
     ) -> None:
         """A claimed task that cannot be read: kept as it is, for a person to look at.
@@ -514,6 +576,20 @@ class RetryQueueRuntime:
         writes.submit(write).addCallbacks(
             written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)
         )
+
+    @staticmethod
+    def replay_meta(item: Any) -> dict[str, Any] | None:
+        """An item as its task's envelope keeps it for a replay (RETRYQUEUE_ITEM_REPLAY):
+        its fields as JSON, and its class when it can be rebuilt; None when it is not JSON."""
+        from itemadapter import ItemAdapter
+
+        try:
+            data = check_json(ItemAdapter(item).asdict(), "item")
+        except (EnvelopeError, TypeError, ValueError):
+            return None
+        cls = type(item)
+        path = None if cls is dict else f"{cls.__module__}.{cls.__qualname__}"
+        return {"item": data, "class": path}
 
 
 def _retries(count: int) -> str:

@@ -39,10 +39,12 @@ class DomainBreaker:
         self.reporter = reporter
         self.domains: DomainCooldowns | None = None
         #: Domain -> end of its cooldown (ms); a domain whose end has passed is
-        #: half-open. Updated in place: the planner reads the same dict.
+        #: half-open. Updated in place, never replaced: the planner reads the
+        #: same dict, the glue a read-only view of it (RetryQueueRuntime.cooling).
         self.cooling: dict[str, int] = {}
         #: Called when a domain starts to cool or cools longer: the downloader
-        #: glue takes that domain's waiting requests back out of Scrapy's queue.
+        #: glue takes that domain's waiting requests back out of Scrapy's queue
+        #: (set through RetryQueueRuntime.on_domain_cooling).
         self.on_cooling: Callable[[], None] | None = None
 
     def open(self, domains: DomainCooldowns | None) -> None:

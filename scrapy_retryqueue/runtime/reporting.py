@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from .. import signals as rq_signals
 from ..audit import AuditLog
-from ..defaults import DEFERRED_KIND, EXPECTED_DEAD_KINDS, SCRAPY_META_GIVE_UP_LOG_LEVEL
+from ..defaults import (
+    DEFERRED_KIND,
+    EXPECTED_DEAD_KINDS,
+    MALFORMED_KIND,
+    SCRAPY_META_GIVE_UP_LOG_LEVEL,
+)
 from ..redact import MASK
 from ..values import now_ms
 from .outcome import Outcome
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
     from ..classify import FailureInfo
     from ..config import Config
     from ..domains import DomainChange
+    from ..queue import Claimed
     from .planner import Note, Plan
     from .taskref import TaskRef
 
@@ -162,6 +168,24 @@ class Reporter:
                 decision=None,
                 outcome=str(Outcome.DEAD),
             )
+
+    def ghosts(self, claimed: Claimed) -> None:
+        """Due ids the claim found without an envelope: one ERROR line, a stat, dead letters."""
+        ghosts, kept = claimed.ghosts, claimed.ghosts_kept
+        if not (ghosts or kept):
+            return
+        self.count("retryqueue/ghosts", len(ghosts) + len(kept))
+        shown = ", ".join(map(ascii, [*ghosts, *kept][:5]))
+        logger.error(
+            "scrapy-retryqueue: %d task id(s) in the due set had no envelope (%s%s); %s",
+            len(ghosts) + len(kept),
+            shown,
+            ", ..." if len(ghosts) + len(kept) > 5 else "",
+            f"{len(ghosts)} kept as malformed dead letter(s)"
+            + (f", {len(kept)} dropped (a dead letter of that id exists)" if kept else ""),
+        )
+        reason = "task id was in the due set without an envelope"
+        self.dead_without_request(MALFORMED_KIND, ghosts, reason)
 
     def replayed(self, outcomes: Iterable[tuple[str, Outcome]]) -> None:
         """Spooled writes reached Redis: counted now, like writes that never waited."""
