@@ -130,7 +130,8 @@ class WriterService:
     *open_redis* returns are opened in the writer's own thread when it first
     needs them (that may block: start an embedded server, say), and again after
     a failure until they are. *consumer* names this writer in the consumer
-    group: two writers at once need two names.
+    group: two writers at once need two names. *announce* logs the store it
+    writes to once it is open (the caller may have said so already).
     """
 
     def __init__(
@@ -144,6 +145,7 @@ class WriterService:
         spiders: Sequence[str] | None = None,
         rescan: float = STORE_WRITER_RESCAN,
         counters: Counters | None = None,
+        announce: bool = True,
     ) -> None:
         self.config = config
         self.consumer = consumer
@@ -159,6 +161,7 @@ class WriterService:
         self._next_scan = 0.0
         self._served: dict[str, _Served] = {}
         self._schema_checked = False
+        self._announce = announce
         self._stop = threading.Event()
         self._forced = threading.Event()
         #: run() and flush() never write at the same time.
@@ -285,6 +288,8 @@ class WriterService:
         if not self._schema_checked:
             self.store.ensure_schema(create=self.config.create_schema)
             self._schema_checked = True
+        if self._announce:
+            self._announce = False
             logger.info(
                 "scrapy-retryqueue: writing failure history and dead letters to %s",
                 self.store.safe_url,
