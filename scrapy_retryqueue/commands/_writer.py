@@ -18,7 +18,7 @@ from .. import embedded
 from ..config import redact_url
 from ..sources import Sources
 from ..store.service import Counters, WriterService
-from ._common import CommandFailed
+from ._common import EXIT_ERROR
 
 #: The loggers of the store's writer: their lines are the command's news.
 STORE_LOGGER = "scrapy_retryqueue.store"
@@ -115,7 +115,8 @@ def run_writer(
     with lines, _stopped_by_signals(service):
         service.run()
     if service.fatal is not None:
-        raise CommandFailed(service.fatal)
+        # Its log line said why (a schema changed under it): that is the one line.
+        return EXIT_ERROR
     print(
         f"writer {consumer} stopped: {counters.get('retryqueue/store/events')} event(s) written, "
         f"{counters.get('retryqueue/store/dead_stored') + counters.get('retryqueue/store/swept')} "

@@ -27,7 +27,7 @@ Entry = tuple[Any, Any]
 def spiders_with_streams(client: redis.Redis | Any) -> set[str]:
     """The spiders that have an events stream in Redis (every node of a cluster)."""
     found = set()
-    for key in client.scan_iter(match=scan_pattern("events"), count=1000, _type="STREAM"):
+    for key in client.scan_iter(match=scan_pattern("events"), count=1000):
         spider = spider_of(key)
         if spider is not None:
             found.add(spider)
