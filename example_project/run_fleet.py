@@ -2,6 +2,7 @@
 
     python example_project/run_fleet.py [--nodes 3] [--pages 300] [--late 0]
                                         [--redis-url redis://host:6379/0]
+                                        [--writer [--database-url URL]]
 
 The nodes share one Redis: scrapy-redis's frontier and dupefilter hand each page
 to one node, and scrapy-retryqueue shares the failures. Without --redis-url the
@@ -10,6 +11,11 @@ project's embedded server is that Redis (all nodes run on this machine). With
 (their shared dupefilter holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
 then the totals: pages parsed more than once (duplicates) and pages that never
 got their final answer (lost).
+
+The nodes always run with the store off (RETRYQUEUE_STORE_ENABLED = False). With
+--writer, one `scrapy retryqueue writer` process writes the fleet's events into
+the store (--database-url, else the project's SQLite store), as a fleet set up
+that way would, and the report says what the store holds at the end.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +37,8 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
+
+from scrapy_retryqueue.keys import keys_for  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -65,6 +75,64 @@ class Node:
         return self.stats.get("retryqueue/reinjected", 0)
 
 
+class Writer:
+    """One `scrapy retryqueue writer` process serving the fleet's spider; its stderr
+    goes to *log* (appended: a writer killed and started again keeps one log)."""
+
+    def __init__(
+        self, *, redis_url: str, database_url: str, spider: str, log: Path, **settings: Any
+    ) -> None:
+        self.log = log
+        self.command = [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "writer"]
+        self.command += ["--spider", spider]
+        settings = {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": database_url,
+            "RETRYQUEUE_STORE_INTERVAL": 0.2,
+            **settings,
+        }
+        for key, value in settings.items():
+            self.command += ["-s", f"{key}={value}"]
+        self.process: subprocess.Popen[bytes] | None = None
+        #: Exit codes of the processes started so far (-9: killed).
+        self.exits: list[int] = []
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command, cwd=PROJECT, stderr=log)
+
+    def _end(self, sig: int) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(60)
+        self.exits.append(code)
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        """kill -9: what it read and did not acknowledge waits for the next writer."""
+        self._end(signal.SIGKILL)
+
+    def stop(self) -> int:
+        """Ctrl-C: it finishes the batch in hand and exits."""
+        return self._end(signal.SIGINT)
+
+    def wait_caught_up(self, client: Any, spider: str, timeout: float = 120) -> bool:
+        """Wait until every event of *spider* is written and acknowledged, and its dead
+        letters left Redis; False when that did not happen within *timeout*."""
+        keys = keys_for(spider)
+        events, dead = keys.events, keys.dead
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            groups = client.xinfo_groups(events) if client.exists(events) else []
+            store = [g for g in groups if g["name"] in (b"store", "store")]
+            caught_up = store and store[0]["pending"] == 0 and store[0]["lag"] == 0
+            if caught_up and not client.zcard(dead):
+                return True
+            time.sleep(0.1)
+        return False
+
+
 @dataclass
 class Fleet:
     nodes: list[Node]
@@ -72,6 +140,11 @@ class Fleet:
     parseable: set[str]
     seconds: float
     parsed: dict[str, int] = field(default_factory=dict)
+    #: The spider's events stream at the end: task id -> types of its events, in order.
+    events: dict[str, list[str]] = field(default_factory=dict)
+    #: The URL of each page whose scenario ends in a dead letter -> its kind.
+    dead: dict[str, str] = field(default_factory=dict)
+    spider: str = ""
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -128,17 +201,27 @@ def run_fleet(
     spider: str | None = None,
     site_options: dict[str, Any] | None = None,
     node_settings: dict[str, Any] | None = None,
+    writer: Callable[[str], Writer] | None = None,
+    during: Callable[[Writer | None], None] | None = None,
 ) -> Fleet:
-    """Start the site and the nodes, wait for every node to finish, read what each did."""
+    """Start the site and the nodes, wait for every node to finish, read what each did.
+
+    *writer* makes the store writer of the spider (its name given): started before
+    the nodes, stopped once it wrote everything they left. *during* is called once
+    the fleet is crawling, with that writer (to kill it, say).
+    """
     import redis
 
     spider = spider or f"fleet{uuid.uuid4().hex[:6]}"
+    store_writer = writer(spider) if writer is not None else None
     client = redis.Redis.from_url(redis_url)
     options = {"pages": pages, "slow": 2, "retry_after": 1, "latency": 0.05, **(site_options or {})}
     try:
         with spawn(**options) as site:
             processes: list[tuple[str, subprocess.Popen[bytes], Path]] = []
             started = time.monotonic()
+            if store_writer is not None:
+                store_writer.start()
             for n in range(nodes):
                 if late and n == nodes - 1:
                     # Late relative to the crawl, not to the launch: a loaded machine
@@ -162,6 +245,9 @@ def run_fleet(
                     text = json.dumps(value) if isinstance(value, dict) else str(value)
                     command += ["-s", f"{key}={text}"]
                 processes.append((name, subprocess.Popen(command, cwd=PROJECT), out))
+            if during is not None:
+                _wait_until_crawling(client, spider, processes)
+                during(store_writer)
             results = []
             for name, process, out in processes:
                 returncode = process.wait(600)
@@ -175,11 +261,28 @@ def run_fleet(
                 results.append(Node(name, returncode, items, _stats(log), log))
             seconds = time.monotonic() - started
             scenarios = site.get_json("/__scenarios")
+        if store_writer is not None:
+            if store_writer.process is None:
+                store_writer.start()
+            store_writer.wait_caught_up(client, spider)
+            store_writer.stop()
         parseable = {
             site.url + path for path, info in scenarios.items() if info["expected"] == "parsed"
         }
-        return Fleet(results, parseable, seconds)
+        dead = {
+            site.url + path: info["expected"].removeprefix("dead:")
+            for path, info in scenarios.items()
+            if info["expected"].startswith("dead:")
+        }
+        events: dict[str, list[str]] = {}
+        for _, fields in client.xrange(keys_for(spider).events):
+            decoded = {k.decode(): v.decode() for k, v in fields.items()}
+            for task_id in decoded.get("ids", decoded.get("id", "")).split():
+                events.setdefault(task_id, []).append(decoded["type"])
+        return Fleet(results, parseable, seconds, events=events, dead=dead, spider=spider)
     finally:
+        if store_writer is not None and store_writer.process is not None:
+            store_writer.kill()
         client.delete(
             *client.keys(f"retryqueue:{{{spider}}}:*") or [f"{spider}:none"],
             f"{spider}:requests",
@@ -198,22 +301,69 @@ def main() -> int:
     parser.add_argument(
         "--redis-url", help="the fleet's Redis (default: this project's embedded server)"
     )
+    parser.add_argument(
+        "--writer",
+        action="store_true",
+        help="one `scrapy retryqueue writer` process writes the store (default: no store)",
+    )
+    parser.add_argument(
+        "--database-url",
+        help="the writer's store (default: the project's SQLite store)",
+    )
     args = parser.parse_args()
     redis_url = args.redis_url
     if redis_url is None:
         from scrapy_retryqueue import embedded
 
         redis_url = embedded.ensure_server(PROJECT / ".scrapy" / "retryqueue")
+    database_url = args.database_url or (
+        f"sqlite:///{PROJECT / '.scrapy' / 'retryqueue' / 'retryqueue.sqlite3'}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "writer.log"
+
+        def writer(spider: str) -> Writer:
+            return Writer(redis_url=redis_url, database_url=database_url, spider=spider, log=log)
+
         fleet = run_fleet(
             nodes=args.nodes,
             pages=args.pages,
             redis_url=redis_url,
             workdir=Path(tmp),
             late=args.late,
+            writer=writer if args.writer else None,
         )
     print(fleet.report())
+    if args.writer:
+        print(store_report(database_url, fleet))
     return 0 if not fleet.lost and not fleet.duplicates else 1
+
+
+def store_report(database_url: str, fleet: Fleet) -> str:
+    """What the store holds of the fleet's spider, against what the fleet produced."""
+    from sqlalchemy import func, select
+
+    from scrapy_retryqueue.config import redact_url
+    from scrapy_retryqueue.store.db import Store
+
+    store = Store(database_url)
+    try:
+        table = store.table
+        with store.connect() as conn:
+            counts = dict(
+                conn.execute(
+                    select(table.c.status, func.count())
+                    .where(table.c.spider == fleet.spider)
+                    .group_by(table.c.status)
+                ).all()
+            )
+    finally:
+        store.close()
+    return (
+        f"store {redact_url(database_url)}: {sum(counts.values())} row(s) for "
+        f"{len(fleet.events)} task(s) in the events; {counts.get('dead', 0)} dead letter(s) "
+        f"for {len(fleet.dead)} pages that die"
+    )
 
 
 if __name__ == "__main__":

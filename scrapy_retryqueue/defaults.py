@@ -330,6 +330,9 @@ STORE_SWEEP_INTERVAL = 300.0
 STORE_RETENTION_INTERVAL = 3600.0
 #: Longest the store writer's final flush (after the spider closed) may take, seconds.
 STORE_FINAL_FLUSH_MAX = 5.0
+#: ``scrapy retryqueue writer --rescan``: seconds between two scans of Redis for
+#: the events streams of spiders it does not serve yet (a crawl that started later).
+STORE_WRITER_RESCAN = 10.0
 
 #: The web dashboard (scrapy retryqueue dashboard); validated by dashboard/settings.py.
 DASHBOARD_SETTINGS: dict[str, Any] = {

@@ -1,15 +1,11 @@
-"""The store writer as a Scrapy extension: events → PostgreSQL / SQLite during a crawl.
+"""The store writer in a crawl: Scrapy glue over the store's writer service.
 
-It runs :class:`~scrapy_retryqueue.store.sync.EventSync` in a thread of its
-own, never on the reactor: the thread reads the spider's events stream through
-the ``store`` consumer group, writes batches, and acknowledges them after each
-commit. It writes at most one partial batch per RETRYQUEUE_STORE_INTERVAL
-(events gather in Redis meanwhile), so a burst of failures costs the crawl a
-few large transactions, not one per event. While the database is down it retries with a capped backoff (logging
-once per outage); the events wait in Redis and the crawl goes on. When the
-spider closes it writes what is left, for at most RETRYQUEUE_STORE_CLOSE_TIMEOUT
-seconds in all; anything still unwritten then waits in Redis for the next crawl.
-A forced shutdown (the reactor stopping: a second Ctrl-C) ends those writes'
+It runs :class:`~scrapy_retryqueue.store.service.WriterService` for the
+crawling spider in a thread of its own, never on the reactor, and forwards its
+counts to the crawl's stats. When the spider closes it stops the service and
+lets it write what is left, for at most RETRYQUEUE_STORE_CLOSE_TIMEOUT seconds
+in all; anything still unwritten then waits in Redis for the next crawl. A
+forced shutdown (the reactor stopping: a second Ctrl-C) ends those writes'
 waits at once: the reactor joins its pool threads before the process exits.
 
 The store's modules (SQLAlchemy, Alembic) are imported when the extension is
@@ -22,9 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import redis
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -32,13 +27,7 @@ from twisted.internet import threads
 
 from .config import Config, config_for
 from .connection import client_for, embedded_dir
-from .defaults import (
-    REDIS_SOCKET_TIMEOUT,
-    STORE_FINAL_FLUSH_MAX,
-    STORE_RETENTION_INTERVAL,
-    STORE_RETRY_MIN_DELAY,
-    STORE_SWEEP_INTERVAL,
-)
+from .defaults import STORE_FINAL_FLUSH_MAX
 from .exceptions import ConfigError
 from .runtime import runtime_if_any
 from .shutdown import ShutdownTrigger
@@ -49,29 +38,9 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
-    from .store.db import Store
-    from .store.sync import EventSync
+    from .store.service import WriterService
 
 logger = logging.getLogger(__name__)
-
-
-def _transient() -> tuple[type[BaseException], ...]:
-    """Database and Redis errors that mean "try again later"."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from .store.db import StoreError
-
-    return (StoreError, SQLAlchemyError, redis.RedisError, OSError)
-
-
-def _describe(exc: BaseException) -> str:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from .store.db import describe_db_error
-
-    if isinstance(exc, SQLAlchemyError):
-        return describe_db_error(exc)
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _load_store_modules() -> None:
@@ -83,7 +52,7 @@ def _load_store_modules() -> None:
     crawls side by side): the import's own 0.3 s, and the reactor thread slowed
     while the import held the GIL and made the collector walk the crawl's heap.
     """
-    from .store import db, sync  # noqa: F401
+    from .store import db, service, sync  # noqa: F401
 
 
 class RetryQueueStoreExtension:
@@ -92,22 +61,13 @@ class RetryQueueStoreExtension:
         self.config = config
         self.store_config = store_config
         self.stats = crawler.stats
-        self.store: Store | None = None
-        self.sync: EventSync | None = None
-        self.client: redis.Redis | None = None
+        self.service: WriterService | None = None
         self.spider_name: str | None = None
-        self._stop = threading.Event()
         #: Set when the reactor stops: the closing writes stop waiting for the database.
-        self._shutting_down = threading.Event()
-        self._shutdown = ShutdownTrigger("before", self._shutting_down.set)
+        self._shutdown = ShutdownTrigger("before", self._force)
         #: time.monotonic() by which the closing writes end (RETRYQUEUE_STORE_CLOSE_TIMEOUT).
         self._close_deadline: float | None = None
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._outage_since: float | None = None
-        self._fatal: str | None = None
-        self._next_sweep = 0.0
-        self._next_retention = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
@@ -133,22 +93,34 @@ class RetryQueueStoreExtension:
     def database_url(self) -> str:
         return self.store_config.url_for(embedded_dir(self.config.embedded_dir))
 
-    @property
-    def block_ms(self) -> int:
-        """How long one read waits for new events: RETRYQUEUE_STORE_INTERVAL, but below
-        the client's socket timeout (a longer blocking read would time out, and count
-        as an outage of Redis)."""
-        return int(min(self.store_config.interval, REDIS_SOCKET_TIMEOUT / 2) * 1000)
+    def _open_redis(self) -> Any:
+        # In the writer's thread: it may start the embedded server (blocking).
+        client, _ = client_for(
+            self.config, embedded_directory=embedded_dir(self.config.embedded_dir)
+        )
+        return client
 
-    def _inc(self, name: str, value: int) -> None:
-        self.stats.inc_value(name, value)
+    def make_service(self, spider_name: str) -> WriterService:
+        """The writer of *spider_name*'s events, its counts in the crawl's stats."""
+        from .store.service import Counters, WriterService
+
+        self.spider_name = spider_name
+        self.service = WriterService(
+            self.store_config,
+            database_url=self.database_url,
+            open_redis=self._open_redis,
+            consumer=self.config.node_id,
+            spiders=[spider_name],
+            counters=Counters(forward=self.stats.inc_value),
+        )
+        return self.service
 
     # -- lifecycle ---------------------------------------------------------------
 
     def spider_opened(self, spider: Spider) -> None:
-        self.spider_name = spider.name
+        service = self.make_service(spider.name)
         self._shutdown.arm()
-        self._thread = threading.Thread(target=self._run, name="retryqueue-store", daemon=True)
+        self._thread = threading.Thread(target=service.run, name="retryqueue-store", daemon=True)
         self._thread.start()
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
@@ -173,186 +145,26 @@ class RetryQueueStoreExtension:
         await maybe_deferred_to_future(threads.deferToThread(self._flush, deadline, final=True))
         self._shutdown.disarm()
 
+    def _force(self) -> None:
+        if self.service is not None:
+            self.service.force()
+
     def _stop_thread(self) -> None:
-        self._stop.set()
+        if self.service is not None:
+            self.service.stop()
         if self._thread is not None:
             self._thread.join()
-
-    # -- the writer thread -------------------------------------------------------
-
-    def _connect(self) -> EventSync:
-        if self.sync is not None:
-            return self.sync
-        from .store.db import Store
-        from .store.sync import EventSync
-
-        if self.client is None:
-            directory = embedded_dir(self.config.embedded_dir)
-            self.client, _ = client_for(self.config, embedded_directory=directory)
-        if self.store is None:
-            self.store = Store(self.database_url)
-        self.store.ensure_schema(create=self.store_config.create_schema)
-        assert self.spider_name is not None
-        self.sync = EventSync(
-            self.store,
-            self.client,
-            self.spider_name,
-            consumer=self.config.node_id,
-            batch_size=self.store_config.batch_size,
-            claim_idle=self.store_config.claim_idle,
-            policy_table=self.config.policy_table,
-            stats=self._inc,
-        )
-        logger.info(
-            "scrapy-retryqueue: writing failure history and dead letters to %s",
-            self.store.safe_url,
-        )
-        return self.sync
-
-    def _run(self) -> None:
-        from .store.db import SchemaError
-
-        transient = _transient()
-        backoff = STORE_RETRY_MIN_DELAY
-        block_ms = self.block_ms
-        while not self._stop.is_set() and self._fatal is None:
-            try:
-                with self._lock:
-                    sync = self._connect()
-                    self._housekeeping(sync)
-                    written = sync.step(block_ms=block_ms)
-                self._recovered()
-                backoff = STORE_RETRY_MIN_DELAY
-                if 0 < written.events < sync.batch_size:
-                    # Less than a full batch: let events gather for an interval
-                    # before the next one. A step per event (a read, an envelope
-                    # fetch, a transaction, a script call each) cost a 404 crawl
-                    # about 1 ms of CPU per dead letter, on the crawl's GIL;
-                    # batches of hundreds cost about a tenth of that.
-                    self._stop.wait(self.store_config.interval)
-            except SchemaError as exc:
-                self._give_up(str(exc))
-            except transient as exc:
-                self._failed(exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.store_config.retry_max)
-            except Exception:  # a bug: say so, keep the events, and retry later
-                logger.exception("scrapy-retryqueue: the store writer failed")
-                self._inc("retryqueue/store/errors", 1)
-                self._stop.wait(self.store_config.retry_max)
-
-    def _housekeeping(self, sync: EventSync) -> None:
-        from .store.sync import apply_retention
-
-        now = time.monotonic()
-        if now >= self._next_sweep:
-            swept = sync.sweep_dead()
-            if swept:
-                logger.info(
-                    "scrapy-retryqueue: stored %d dead letter(s) whose events were gone", swept
-                )
-            self._next_sweep = now + STORE_SWEEP_INTERVAL
-        sc = self.store_config
-        if now >= self._next_retention and (sc.dead_retention or sc.history_retention):
-            assert self.store is not None
-            dead, history = apply_retention(
-                self.store,
-                spider=self.spider_name,
-                dead_days=sc.dead_retention,
-                history_days=sc.history_retention,
-            )
-            self._inc("retryqueue/store/retention_dead", dead)
-            self._inc("retryqueue/store/retention_history", history)
-            if dead or history:
-                logger.info(
-                    "scrapy-retryqueue: retention deleted %d dead letter(s) older than %s day(s) "
-                    "(RETRYQUEUE_DEAD_RETENTION) and %d finished task(s) older than %s day(s) "
-                    "(RETRYQUEUE_HISTORY_RETENTION) of spider %r",
-                    dead,
-                    sc.dead_retention,
-                    history,
-                    sc.history_retention,
-                    self.spider_name,
-                )
-            self._next_retention = now + STORE_RETENTION_INTERVAL
-
-    def _failed(self, exc: BaseException) -> None:
-        self._inc("retryqueue/store/write_errors", 1)
-        if self._outage_since is None:
-            self._outage_since = time.monotonic()
-            self._inc("retryqueue/store/outages", 1)
-            if isinstance(exc, redis.RedisError):
-                # The events stream is out of reach, not the database: name Redis.
-                logger.error(
-                    "scrapy-retryqueue: the store writer cannot read the events in Redis "
-                    "(%s); they wait there and are written to the store when Redis answers",
-                    _describe(exc),
-                )
-            else:
-                url = self.store.safe_url if self.store is not None else self.database_url
-                logger.error(
-                    "scrapy-retryqueue: the store's database at %s cannot be written (%s); "
-                    "events wait in Redis and are written when it is back",
-                    url,
-                    _describe(exc),
-                )
-        # A connection that broke mid-transaction is discarded by the pool.
-        if self.store is not None:
-            self.store.engine.dispose()
-
-    def _recovered(self) -> None:
-        if self._outage_since is not None:
-            logger.warning(
-                "scrapy-retryqueue: the store is back after %.1fs; writing the events that waited",
-                time.monotonic() - self._outage_since,
-            )
-            self._outage_since = None
-            self._next_sweep = 0.0  # events trimmed during the outage: their dead letters
-
-    def _give_up(self, message: str) -> None:
-        self._fatal = message
-        self._inc("retryqueue/store/schema_errors", 1)
-        logger.error("scrapy-retryqueue: %s. The store writer stops; events wait in Redis", message)
 
     # -- closing -------------------------------------------------------------------
 
     def _flush(self, deadline: float, *, final: bool) -> None:
-        """Write what is left, retrying an unreachable store until *deadline*
-        (``time.monotonic()``): the last try starts at the deadline, so a store back
-        by then still gets it. A forced shutdown ends the waits between tries."""
-        from .store.db import SchemaError
-
-        transient = _transient()
-        backoff = STORE_RETRY_MIN_DELAY
-        written = 0
-        down = self._outage_since is not None
-        if down and not final:
-            logger.info(
-                "scrapy-retryqueue: the store is still unreachable; the closing spider tries it "
-                "for up to %.0fs more (RETRYQUEUE_STORE_CLOSE_TIMEOUT), unless the process is "
-                "stopped (Ctrl-C twice)",
-                max(deadline - time.monotonic(), 0),
-            )
-        # No try after the deadline while the store is known to be down.
-        tries = not (down and time.monotonic() >= deadline)
-        while tries and self._fatal is None and self.spider_name is not None:
-            try:
-                with self._lock:
-                    sync = self._connect()
-                    written += sync.drain(deadline=deadline).events
-                self._recovered()
-                break
-            except SchemaError as exc:
-                self._give_up(str(exc))
-            except transient as exc:
-                self._failed(exc)
-                # A pool thread, not the reactor's: the close waits here on purpose,
-                # retrying the database until the deadline. The reactor joins this
-                # thread when it stops, so a forced shutdown must cut the wait short.
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._shutting_down.wait(min(backoff, remaining)):
-                    break
-                backoff = min(backoff * 2, self.store_config.retry_max)
+        """Write what is left until *deadline* (``time.monotonic()``); after the
+        final flush, say what is left and close."""
+        if self.service is None:
+            return
+        # A pool thread, not the reactor's: the close waits here on purpose,
+        # retrying the database until the deadline; a forced shutdown cuts it short.
+        written = self.service.flush(deadline, closing=not final)
         if final:
             if written:
                 # Scrapy dumped the stats already: say it here.
@@ -361,25 +173,17 @@ class RetryQueueStoreExtension:
                     "closed",
                     written,
                 )
-            self._close(written)
+            self._close()
 
-    def _close(self, written: int) -> None:
-        left = None
-        if self.sync is not None:
-            try:
-                stream = self.sync.stream
-                left = stream.pending_count() + (stream.lag() or 0)
-            except (redis.RedisError, OSError):
-                left = None
+    def _close(self) -> None:
+        assert self.service is not None
+        left = sum(n or 0 for n in self.service.unwritten().values())
         if left:
-            self._inc("retryqueue/left/unstored", left)
+            self.stats.inc_value("retryqueue/left/unstored", left)
             logger.warning(
                 "scrapy-retryqueue: %d event(s) of %r are not in the store yet; they wait in "
                 "Redis and the next crawl of this spider writes them",
                 left,
                 self.spider_name,
             )
-        if self.store is not None:
-            self.store.close()
-        if self.client is not None:
-            self.client.close()
+        self.service.close()

@@ -55,6 +55,7 @@ def test_every_subcommand_is_listed() -> None:
         ("retryqueue", "server"),
         ("retryqueue", "status"),
         ("retryqueue", "dashboard"),
+        ("retryqueue", "writer"),
     ]
 
 

@@ -53,11 +53,27 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     [
         "scrapy_retryqueue.commands.retryqueue",
         "scrapy_retryqueue.commands.deadletters",
+        "scrapy_retryqueue.commands._writer",
         "scrapy_retryqueue.dashboard.app",
+        "scrapy_retryqueue.store.service",
     ],
 )
 def test_the_commands_and_the_dashboard_do_not_import_the_crawl_stack(module: str) -> None:
-    assert _loaded(loaded_after(module), CRAWL_STACK) == []
+    assert _loaded(loaded_after(module), (*CRAWL_STACK, "scrapy_retryqueue.storeext")) == []
+
+
+def test_the_store_writer_service_imports_neither_scrapy_nor_twisted() -> None:
+    """It runs in a crawl, in a command, or anywhere else: Scrapy is its callers' business."""
+    import ast
+
+    source = (ROOT / "scrapy_retryqueue" / "store" / "service.py").read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module.split(".")[0])
+    assert imported.isdisjoint({"scrapy", "twisted", "scrapy_redis"}), imported
 
 
 def test_the_commands_do_not_import_the_store_until_they_run() -> None:

@@ -15,8 +15,6 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue.defaults import STORE_RETRY_MIN_DELAY
 from scrapy_retryqueue.queue import RedisDelayedQueue
-from scrapy_retryqueue.store.db import Store
-from scrapy_retryqueue.store.sync import EventSync
 from scrapy_retryqueue.storeext import RetryQueueStoreExtension
 
 from .waiting import wait_for
@@ -46,13 +44,11 @@ def test_events_left_for_the_store_are_counted_and_named(
         },
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)
-    ext.spider_name = spider_name
-    store = Store(f"sqlite:///{tmp_path / 'store.sqlite3'}")
-    store.ensure_schema()
-    ext.sync = EventSync(store, redis_client, spider_name, consumer="closing")
-    ext.sync.stream.ensure_group()
+    service = ext.make_service(spider_name)
+    service._connect()  # the store and the consumer group, as the writer thread makes them
+    service._served[spider_name].sync.stream.ensure_group()
     with caplog.at_level(logging.WARNING):
-        ext._close(0)
+        ext._close()
     assert crawler.stats.get_value("retryqueue/left/unstored") == 3
     assert f"3 event(s) of {spider_name!r} are not in the store yet" in caplog.text
 
@@ -75,7 +71,7 @@ def test_a_database_back_before_the_close_timeout_gets_what_is_left(
         },
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)
-    ext.spider_name = spider_name
+    ext.make_service(spider_name)
     # Tries at 0, 1 and 3 first backoffs fail; the next backoff (4) would end
     # past the close timeout (6): the flush must try once more, at the timeout.
     timeout = 6 * STORE_RETRY_MIN_DELAY
@@ -92,6 +88,8 @@ def test_a_database_back_before_the_close_timeout_gets_what_is_left(
     finally:
         flush.join(timeout=timeout + 60)
     assert not flush.is_alive()
+    from scrapy_retryqueue.store.db import Store
+
     store = Store(url)
     store.ensure_schema()  # made by the flush, unless it gave up too early
     with store.connect() as conn:
@@ -100,4 +98,4 @@ def test_a_database_back_before_the_close_timeout_gets_what_is_left(
     store.close()
     assert {row.task_id for row in stored} == {"t0", "t1", "t2"}
     assert crawler.stats.get_value("retryqueue/store/write_errors") == 3
-    ext._close(0)
+    ext._close()

@@ -83,4 +83,4 @@ def test_the_writers_blocking_read_stays_below_the_socket_timeout(
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)
     # A read longer than the socket timeout would fail as if Redis were down.
-    assert ext.block_ms == block_ms < REDIS_SOCKET_TIMEOUT * 1000
+    assert ext.make_service("x").block_ms == block_ms < REDIS_SOCKET_TIMEOUT * 1000

@@ -19,11 +19,9 @@ from typing import Any
 
 import pytest
 import redis
-from scrapy.settings import Settings
 from sqlalchemy import select
 
 import scrapy_retryqueue.store.sync as sync_module
-from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
@@ -102,10 +100,7 @@ def test_an_unknown_event_type_is_not_a_row() -> None:
 
 
 def test_the_envelope_gives_request_errors_attempts_and_the_retry_budget() -> None:
-    table = load_config(
-        Settings({"RETRYQUEUE_DOMAIN_POLICIES": {"shop.example": {"timeout": {"max_retries": 9}}}})
-    ).policy_table
-    doc = {
+    doc: dict[str, Any] = {
         "request": {"url": "https://www.Shop.example/p?q=1", "method": "POST", "meta": {}},
         "attempts": {"timeout": 2, "server_error": 1},
         "first_error": {
@@ -116,8 +111,9 @@ def test_the_envelope_gives_request_errors_attempts_and_the_retry_budget() -> No
         },
         "last_error": {"kind": "timeout", "type": "TimeoutError", "message": "took 3s"},
         "node": "n1",
+        "max_retries": 9,  # as the node resolved it (a domain's policy, say)
     }
-    row = envelope_columns(doc, kind="timeout", policy_table=table)
+    row = envelope_columns(doc, kind="timeout")
     assert row["url"] == "https://www.Shop.example/p?q=1"
     assert row["domain"] == "www.shop.example"
     assert row["method"] == "POST"
@@ -125,12 +121,23 @@ def test_the_envelope_gives_request_errors_attempts_and_the_retry_budget() -> No
     assert row["attempts_total"] == 3
     assert (row["first_error_type"], row["first_error_status"]) == ("HttpError", 503)
     assert (row["last_error_kind"], row["last_error_status"]) == ("timeout", None)
-    assert row["max_retries"] == 9  # the domain's policy
-    # A request's own meta override wins.
+    assert row["max_retries"] == 9  # the envelope's, not the store's settings
+    # The envelope's budget wins over the request's meta.
     doc["request"]["meta"] = {"retryqueue_max_retries": 1}
-    assert envelope_columns(doc, kind="timeout", policy_table=table)["max_retries"] == 1
-    # Internal kinds have no budget.
-    assert envelope_columns(doc, kind="malformed", policy_table=table)["max_retries"] is None
+    assert envelope_columns(doc, kind="timeout")["max_retries"] == 9
+
+
+def test_an_envelope_without_a_budget_falls_back_to_the_requests_own_or_none() -> None:
+    doc: dict[str, Any] = {"request": {"url": "https://a.example/", "meta": {}}}
+    assert envelope_columns(doc, kind="timeout")["max_retries"] is None
+    doc["request"]["meta"] = {"retryqueue_max_retries": 1}
+    assert envelope_columns(doc, kind="timeout")["max_retries"] == 1
+    # Internal kinds have no budget of their own.
+    assert envelope_columns(doc, kind="malformed")["max_retries"] is None
+    # Input, not trusted: what is not a whole number the column holds is unknown.
+    for value in ("3", True, -1, 2**40, 1.5):
+        bad = {"request": {"url": "https://a.example/"}, "max_retries": value}
+        assert envelope_columns(bad, kind="timeout")["max_retries"] is None, value
 
 
 def test_a_malformed_dead_letter_keeps_its_raw_text() -> None:

@@ -398,7 +398,7 @@ class Command(BaseCommand):
 
     def _sync(self, sources: Sources, ns: Any) -> int:
         from .. import view
-        from ..store.sync import EventSync
+        from ..store.service import event_sync
         from ..values import now_ms
 
         store = sources.store(create=True, check_schema=False)
@@ -410,14 +410,12 @@ class Command(BaseCommand):
         if not spiders:
             raise CommandFailed("no spider has events in Redis", EXIT_NO_MATCH)
         for spider in spiders:
-            sync = EventSync(
+            sync = event_sync(
                 store,
                 client,
                 spider,
+                sources.store_config,
                 consumer=f"{sources.config.node_id}:sync",
-                batch_size=sources.store_config.batch_size,
-                claim_idle=sources.store_config.claim_idle,
-                policy_table=sources.config.policy_table,
             )
             started = time.monotonic()
             result = sync.drain()

@@ -8,6 +8,9 @@
     scrapy retryqueue dashboard [--host H] [--port P] [--token T]
                                 [--redis-url URL] [--database-url URL]
         the web dashboard (the dashboard extra)
+    scrapy retryqueue writer [--spider NAME ...] [--rescan S] [--consumer NAME]
+        write the fleet's events into the store until stopped (the nodes then
+        run with RETRYQUEUE_STORE_ENABLED = False)
 
 Each subcommand describes its options: scrapy retryqueue SUBCOMMAND -h.
 """
@@ -22,7 +25,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from ..defaults import DASHBOARD_SETTINGS
+from ..defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
 from ._common import (
     EXIT_CANNOT_LISTEN,
     EXIT_NOT_RUNNING,
@@ -51,7 +54,7 @@ def build_parser() -> ArgumentParser:
         epilog=exit_codes_text(),
     )
     sub = parser.add_subparsers(
-        dest="action", metavar="{server,status,dashboard}", parser_class=ArgumentParser
+        dest="action", metavar="{server,status,dashboard,writer}", parser_class=ArgumentParser
     )
     sub.required = True
 
@@ -118,6 +121,34 @@ def build_parser() -> ArgumentParser:
     dashboard.add_argument("--database-url", metavar="URL",
                            help="the store to show (default: RETRYQUEUE_DATABASE_URL, else "
                            "the project's SQLite store)")  # fmt: skip
+
+    writer = subcommand_parser(
+        sub,
+        "writer",
+        summary="Write the events of the fleet's spiders into the store, until stopped.",
+        description=(
+            "The store writer of a fleet whose nodes run with RETRYQUEUE_STORE_ENABLED =\n"
+            "False: one process instead of one writer in every crawl. It reads each\n"
+            "spider's events through the consumer group 'store', writes them in batches\n"
+            "(RETRYQUEUE_STORE_BATCH_SIZE, RETRYQUEUE_STORE_INTERVAL) and acknowledges them\n"
+            "after each commit, stores dead letters whose events were trimmed, applies\n"
+            "RETRYQUEUE_DEAD_RETENTION / RETRYQUEUE_HISTORY_RETENTION, and waits out a\n"
+            "database or Redis that stops answering (one line when it goes, one when it\n"
+            "is back). Several writers may run at once: each takes part of the events.\n"
+            "Ctrl-C or SIGTERM: it finishes the batch in hand and exits with 0."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    writer.add_argument("--spider", action="append", default=[], metavar="NAME",
+                        help="only this spider; repeat, or separate names with commas "
+                        "(default: every spider with an events stream in Redis, found again "
+                        "every --rescan seconds)")  # fmt: skip
+    writer.add_argument("--rescan", type=float, default=STORE_WRITER_RESCAN, metavar="SECONDS",
+                        help="seconds between two looks for spiders it does not serve yet, "
+                        f"without --spider (default: {STORE_WRITER_RESCAN:g})")  # fmt: skip
+    writer.add_argument("--consumer", metavar="NAME",
+                        help="this writer's name in the consumer group; two writers at once "
+                        "need two names (default: <host name>:<pid>:writer)")  # fmt: skip
     return parser
 
 
@@ -125,7 +156,7 @@ class Command(BaseCommand):
     name = "retryqueue"
 
     def syntax(self) -> str:
-        return "{server,status,dashboard} [options]"
+        return "{server,status,dashboard,writer} [options]"
 
     def short_desc(self) -> str:
         return "Manage scrapy-retryqueue (the embedded server) and show the queue's status"
@@ -141,6 +172,8 @@ class Command(BaseCommand):
             return self._server(ns.server_action)
         if ns.action == "status":
             return self._status(ns)
+        if ns.action == "writer":
+            return self._writer(ns)
         return self._dashboard(ns)
 
     def close(self) -> None:
@@ -225,6 +258,24 @@ class Command(BaseCommand):
             sock.close()
         print("dashboard stopped", file=sys.stderr)
         return 0
+
+    def _writer(self, ns: argparse.Namespace) -> int:
+        from ..sources import Sources
+        from ._writer import run_writer
+
+        assert self.settings is not None
+        if not ns.rescan > 0:
+            raise CommandFailed(f"--rescan must be > 0 seconds, got {ns.rescan:g}")
+        spiders = [s for value in ns.spider for s in value.split(",") if s]
+        consumer = ns.consumer or f"{socket.gethostname()}:{os.getpid()}:writer"
+        self._sources = Sources(self.settings)
+        return run_writer(
+            self._sources,
+            spiders=spiders or None,
+            rescan=ns.rescan,
+            consumer=consumer,
+            log_to_stderr=not self.settings.getbool("LOG_ENABLED"),
+        )
 
 
 def listen(host: str, port: int) -> socket.socket:

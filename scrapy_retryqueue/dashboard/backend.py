@@ -41,7 +41,7 @@ from ..store.queries import (
     row_id,
     shown,
 )
-from ..store.sync import EventSync
+from ..store.service import event_sync
 from .settings import MAX_PAGE_SIZE
 
 ACTIONS = actions.ACTIONS
@@ -608,14 +608,12 @@ class Backend:
         store = self.store()
         for spider in sorted(spiders):
             try:
-                EventSync(
+                event_sync(
                     store,
                     client,
                     spider,
+                    sources.store_config,
                     consumer=f"{sources.config.node_id}:dashboard",
-                    batch_size=sources.store_config.batch_size,
-                    claim_idle=sources.store_config.claim_idle,
-                    policy_table=sources.config.policy_table,
                 ).drain()
             except (redis.RedisError, StoreError):
                 # The change is in Redis; the next writer run stores it.

@@ -17,11 +17,21 @@ from typing import Any
 import redis
 
 from ..defaults import STORE_CONSUMER_GROUP
-from ..keys import Keys, keys_for
+from ..keys import Keys, keys_for, scan_pattern, spider_of
 from ..queue import task_id_text
 from ..values import as_text
 
 Entry = tuple[Any, Any]
+
+
+def spiders_with_streams(client: redis.Redis | Any) -> set[str]:
+    """The spiders that have an events stream in Redis (every node of a cluster)."""
+    found = set()
+    for key in client.scan_iter(match=scan_pattern("events"), count=1000):
+        spider = spider_of(key)
+        if spider is not None:
+            found.add(spider)
+    return found
 
 
 def load_script(name: str) -> str:

@@ -7,7 +7,7 @@ stored dead letters from Redis and acknowledge the entries. A failure anywhere
 leaves the entries pending, to be written by the next step: replaying them is
 a no-op for rows already written.
 
-Blocking: the Scrapy extension runs it in a thread of its own.
+Blocking: the store's writer service (store/service.py) runs it in a thread of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from sqlalchemy.exc import DBAPIError
 
 from ..defaults import STORE_SETTINGS
 from ..envelope import malformed_envelope
-from ..policy import PolicyTable
 from ..values import now_ms
 from .db import Store, describe_db_error, is_connection_error
 from .redisops import EventStream
@@ -88,7 +87,6 @@ class EventSync:
         consumer: str,
         batch_size: int = STORE_SETTINGS["RETRYQUEUE_STORE_BATCH_SIZE"],
         claim_idle: float = STORE_SETTINGS["RETRYQUEUE_STORE_CLAIM_IDLE"],
-        policy_table: PolicyTable | None = None,
         stats: Stats | None = None,
     ) -> None:
         self.store = store
@@ -96,7 +94,6 @@ class EventSync:
         self.spider = spider
         self.batch_size = batch_size
         self.claim_idle_ms = int(claim_idle * 1000)
-        self.policy_table = policy_table
         self._stats = stats
         #: Read this consumer's pending entries first (at start and after a failure).
         self._own_pending = True
@@ -232,7 +229,7 @@ class EventSync:
             envelopes[(self.spider, "tasks", task_id)] = parse_envelope(raw)
         for task_id, raw in zip(wanted_dead, raw_dead, strict=True):
             envelopes[(self.spider, "dead", task_id)] = parse_envelope(raw)
-        return build_batch(events, envelopes, policy_table=self.policy_table)
+        return build_batch(events, envelopes)
 
     def drain(self, *, deadline: float | None = None, ahead: int = 2) -> StepResult:
         """Write everything there is now (no waiting for new events).
@@ -353,7 +350,7 @@ class EventSync:
             fields = {"type": "dead", "id": task_id, "ts": str(ts), "kind": str(kind)}
             events.append(Event("0-0", self.spider, fields))
             envelopes[(self.spider, "dead", task_id)] = doc
-        batch = build_batch(events, envelopes, policy_table=self.policy_table)
+        batch = build_batch(events, envelopes)
         table = self.store.table
         with self.store.begin() as conn:
             conn.execute(sweep_statement(conn.dialect.name), batch.generations[0])

@@ -39,8 +39,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES, META_POLICY, POLICY_KINDS
-from ..policy import PolicyTable
+from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES, POLICY_KINDS
 from ..values import as_text
 from .models import UTCDateTime, tasks_table
 
@@ -222,28 +221,23 @@ def domain_of(url: str | None) -> str | None:
     return host[:255] or None
 
 
-def _max_retries(
-    table: PolicyTable | None, kind: str | None, domain: str | None, meta: Any
-) -> int | None:
-    if table is None or kind not in POLICY_KINDS:
-        return None
-    meta = meta if isinstance(meta, dict) else {}
-    meta_policy = meta.get(META_POLICY)
-    meta_max = meta.get(META_MAX_RETRIES)
-    try:
-        return table.policy_for(
-            kind,
-            domain,
-            meta_policy if isinstance(meta_policy, dict) else None,
-            meta_max if isinstance(meta_max, int) and not isinstance(meta_max, bool) else None,
-        ).max_retries
-    except ValueError:  # a bad meta override: the crawl fell back to the settings too
-        return table.policy_for(kind, domain).max_retries
+def _budget(value: Any) -> int | None:
+    # An envelope is input: only a whole number the column holds is a budget.
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+    return value if ok else None
 
 
-def envelope_columns(
-    doc: Mapping[str, Any], *, kind: str | None, policy_table: PolicyTable | None = None
-) -> dict[str, Any]:
+def _max_retries(doc: Mapping[str, Any], kind: str | None, meta: Any) -> int | None:
+    """The retry budget of the failure's kind, as the node that parked the task
+    resolved it (the envelope's ``max_retries``). An envelope from before that
+    field: the request's own budget (its meta) when it set one, else unknown."""
+    budget = _budget(doc.get("max_retries"))
+    if budget is not None or kind not in POLICY_KINDS:
+        return budget
+    return _budget(meta.get(META_MAX_RETRIES)) if isinstance(meta, dict) else None
+
+
+def envelope_columns(doc: Mapping[str, Any], *, kind: str | None) -> dict[str, Any]:
     """The columns an envelope tells (request, attempts, errors, node)."""
     request = doc.get("request") if isinstance(doc.get("request"), dict) else {}
     url = _str(request.get("url"), 100_000) if isinstance(request.get("url"), str) else None
@@ -271,16 +265,11 @@ def envelope_columns(
     if kind is None:
         kind = _str(doc.get("dead_kind") or doc.get("kind") or None, 32)
     row["kind"] = kind
-    row["max_retries"] = _max_retries(policy_table, kind, domain, request.get("meta"))
+    row["max_retries"] = _max_retries(doc, kind, request.get("meta"))
     return row
 
 
-def row_for_event(
-    event: Event,
-    envelope: Mapping[str, Any] | None,
-    *,
-    policy_table: PolicyTable | None = None,
-) -> dict[str, Any] | None:
+def row_for_event(event: Event, envelope: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The column values one event sets; None for an event the store does not track."""
     status = STATUS_OF.get(event.type)
     if status is None or not event.task_id:
@@ -307,7 +296,7 @@ def row_for_event(
     }
     kind = _str(fields.get("kind") or None, 32)
     if envelope is not None:
-        row.update(envelope_columns(envelope, kind=kind, policy_table=policy_table))
+        row.update(envelope_columns(envelope, kind=kind))
         created = ms_to_datetime(_int(envelope.get("created")))
         if created is not None:
             row["created_at"] = created
@@ -355,8 +344,6 @@ class Batch:
 def build_batch(
     events: Sequence[Event],
     envelopes: Mapping[tuple[str, str, str], Mapping[str, Any] | None],
-    *,
-    policy_table: PolicyTable | None = None,
 ) -> Batch:
     """Collapse *events* (stream order) into rows; *envelopes* maps
     (spider, "tasks" | "dead", task id) to the parsed envelope."""
@@ -371,7 +358,7 @@ def build_batch(
             else None
         )
         envelope = envelopes.get((event.spider, source, event.task_id)) if source else None
-        row = row_for_event(event, envelope, policy_table=policy_table)
+        row = row_for_event(event, envelope)
         if row is None:
             batch.ignored += 1
             continue
