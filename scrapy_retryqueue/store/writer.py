@@ -39,7 +39,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES, META_POLICY, POLICY_KINDS
+from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES, META_POLICY
 from ..policy import PolicyTable
 from ..values import as_text
 from .models import UTCDateTime, tasks_table
@@ -225,7 +225,7 @@ def domain_of(url: str | None) -> str | None:
 def _max_retries(
     table: PolicyTable | None, kind: str | None, domain: str | None, meta: Any
 ) -> int | None:
-    if table is None or kind not in POLICY_KINDS:
+    if table is None or kind not in table.policies:
         return None
     meta = meta if isinstance(meta, dict) else {}
     meta_policy = meta.get(META_POLICY)
