@@ -49,21 +49,25 @@ class ScrapyRetry:
 
 
 def own_policy_fields(settings: Any) -> dict[str, frozenset[str]]:
-    """Kind -> the policy fields RETRYQUEUE_POLICIES sets for it (those win over RETRY_*)."""
-    value = settings.get("RETRYQUEUE_POLICIES")
-    if isinstance(value, str):
-        import json
+    """Kind -> the policy fields the project set for it (those win over RETRY_*): in
+    RETRYQUEUE_POLICIES, and in RETRYQUEUE_KINDS for a kind of its own."""
+    own: dict[str, set[str]] = {}
+    for name in ("RETRYQUEUE_KINDS", "RETRYQUEUE_POLICIES"):
+        value = settings.get(name)
+        if isinstance(value, str):
+            import json
 
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}  # config.py reports the bad value
-    if not isinstance(value, Mapping):
-        return {}
-    return {
-        str(kind): frozenset(fields) if isinstance(fields, Mapping) else frozenset()
-        for kind, fields in value.items()
-    }
+            try:
+                value = json.loads(value)
+            except ValueError:
+                continue  # config.py reports the bad value
+        if not isinstance(value, Mapping):
+            continue
+        for kind, fields in value.items():
+            named = own.setdefault(str(kind), set())
+            if isinstance(fields, Mapping):
+                named.update(str(f) for f in fields if f not in kinds.TRAITS)
+    return {kind: frozenset(fields) for kind, fields in own.items()}
 
 
 def _ascii_digits(value: Any) -> bool:
