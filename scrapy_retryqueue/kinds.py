@@ -5,7 +5,8 @@ it is retried and with which default policy, whether it counts against a
 domain's breaker, whether it is a download failure, at which level its dead
 letters are logged, and whether the queue itself produces it. The built-in
 kinds are the entries of :data:`BUILTIN`; a project declares more with
-``RETRYQUEUE_KINDS`` (validated by :mod:`scrapy_retryqueue.config`).
+``RETRYQUEUE_KINDS``, checked here (:meth:`KindTable.with_declared`) when
+:mod:`scrapy_retryqueue.config` builds a crawler's :class:`KindTable`.
 
 Code that needs one kind by its role names the constant below (``kinds.PARSE``),
 never the string: a test holds that no kind literal appears outside this module.
