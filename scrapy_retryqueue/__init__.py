@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .addon import Addon
-    from .exceptions import ConfigError, PermanentFailure, RequestParked, RetryQueueError
+    from .exceptions import (
+        ConfigError,
+        PermanentFailure,
+        RequestParked,
+        RetryLater,
+        RetryQueueError,
+    )
     from .extension import RetryQueueExtension
     from .middleware import RetryQueueMiddleware
     from .spidermiddleware import RetryQueueSpiderMiddleware
@@ -25,6 +31,7 @@ _EXPORTS = {
     "ConfigError": ".exceptions",
     "PermanentFailure": ".exceptions",
     "RequestParked": ".exceptions",
+    "RetryLater": ".exceptions",
     "RetryQueueError": ".exceptions",
     "RetryQueueExtension": ".extension",
     "RetryQueueMiddleware": ".middleware",
@@ -36,6 +43,7 @@ __all__ = [
     "ConfigError",
     "PermanentFailure",
     "RequestParked",
+    "RetryLater",
     "RetryQueueError",
     "RetryQueueExtension",
     "RetryQueueMiddleware",

@@ -1,12 +1,70 @@
-"""Backoff delays and Retry-After parsing: pure functions, no I/O."""
+"""Backoff delays: the strategy interface, the default exponential one, Retry-After parsing.
+
+Pure, no I/O. A strategy (RETRYQUEUE_BACKOFF) is any object with a
+``delay(ctx)`` method; :class:`BackoffContext` is everything the decision
+knows. The policy module applies the bounds around what it returns
+(docs/backoff.md).
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Protocol
 
 from .defaults import BACKOFF_JITTER, BACKOFF_MULTIPLIER, JITTER_MODES
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffContext:
+    """What a backoff strategy knows when it picks the delay of one retry."""
+
+    #: The failure kind's name.
+    kind: str
+    #: Retries of this kind so far: 0 for the first retry.
+    attempt: int
+    #: The policy resolved for this kind, domain and request.
+    policy: Policy
+    #: The request's host name, None when it has none.
+    domain: str | None
+    #: Seconds the server asked to wait (Retry-After), before any cap; None when it did not.
+    retry_after: float | None
+    #: Seconds since the task's first failure; 0 for a request's first failure.
+    since_first: float
+    #: Returns a float in [0, 1): the decision's random source (seeded in tests).
+    rand: Callable[[], float]
+    #: The URL of the request that failed.
+    url: str | None = None
+
+
+class BackoffStrategy(Protocol):
+    """What RETRYQUEUE_BACKOFF names: ``delay(ctx)`` gives the seconds before the next try."""
+
+    def delay(self, ctx: BackoffContext) -> float: ...
+
+
+class ExponentialBackoff:
+    """The default strategy: the policy's exponential backoff with its jitter.
+
+    ``base_delay * multiplier ** attempt``, capped at ``max_delay``, jittered as
+    the policy's ``jitter`` says (:func:`compute_backoff`).
+    """
+
+    def delay(self, ctx: BackoffContext) -> float:
+        policy = ctx.policy
+        return compute_backoff(
+            ctx.attempt,
+            base_delay=policy.base_delay,
+            multiplier=policy.multiplier,
+            max_delay=policy.max_delay,
+            jitter=policy.jitter,
+            rand=ctx.rand,
+        )
 
 
 def compute_backoff(

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import kinds
 from .backoff import parse_retry_after
-from .defaults import ERROR_MESSAGE_MAX, UNKNOWN_KIND
+from .defaults import ERROR_MESSAGE_MAX
 from .exceptions import ConfigError
 
 
@@ -47,18 +48,18 @@ def classify_status(
     retry_after = parse_retry_after(retry_after_header, now=now)
     # A 503 that says when to come back is the server throttling us, not breaking.
     if status == 503 and retry_after is not None:
-        kind = "rate_limited"
+        kind = kinds.RATE_LIMITED
     return FailureInfo(
         kind=kind,
         error_type="HttpStatus",
         message=f"HTTP {status}",
         status=status,
-        retry_after=retry_after if kind == "rate_limited" else None,
+        retry_after=retry_after if kind == kinds.RATE_LIMITED else None,
     )
 
 
 def classify_exception(
-    exc: BaseException, *, exception_kinds: Mapping[type, str], unknown_kind: str = UNKNOWN_KIND
+    exc: BaseException, *, exception_kinds: Mapping[type, str], unknown_kind: str = kinds.UNKNOWN
 ) -> FailureInfo:
     """The failure an exception means; the most specific class in its MRO wins."""
     kind = unknown_kind
@@ -72,7 +73,7 @@ def classify_exception(
 
 
 def failure_for_kind(kind: str, exc: BaseException) -> FailureInfo:
-    """A failure whose kind the caller already knows (parse, storage, rule)."""
+    """A failure whose kind the caller already knows (parse, storage, rule, RetryLater's)."""
     return FailureInfo(
         kind=kind, error_type=_qualname(type(exc)), message=str(exc)[:ERROR_MESSAGE_MAX]
     )

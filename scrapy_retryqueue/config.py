@@ -25,9 +25,11 @@ from scrapy.settings import default_settings
 from scrapy.utils.misc import load_object
 
 from . import defaults
+from .backoff import BackoffStrategy, ExponentialBackoff
 from .classify import exception_class, exception_kinds_of
 from .exceptions import ConfigError
-from .policy import Policy, PolicyTable
+from .kinds import KindTable
+from .policy import POLICY_FIELD_NAMES, Policy, PolicyTable
 from .scrapycompat import ScrapyRetry, own_policy_fields, read_scrapy_retry
 
 if TYPE_CHECKING:
@@ -58,6 +60,11 @@ class Config:
     redis_cluster: bool
     spool_memory: int
     spool_max: int
+    #: The built-in kinds and the project's own (RETRYQUEUE_KINDS).
+    kinds: KindTable
+    #: RETRYQUEUE_BACKOFF as loaded: a class (built per crawler by config_for,
+    #: which hands the instance to policy_table) or a ready strategy object.
+    backoff: Any
     policy_table: PolicyTable
     status_kinds: Mapping[int, str]
     exception_kinds: Mapping[type, str]
@@ -74,6 +81,9 @@ class Config:
     audit_retention: str
     embedded_dir: str | None
     forbidden_log_level: int
+    #: Kind -> level of its dead letters' log line (its record's dead_log_level,
+    #: a "setting:NAME" one read from that setting).
+    dead_log_levels: Mapping[str, int]
     #: Dead-letter lines logged per kind at their level (RETRYQUEUE_DEAD_LOG_LIMIT).
     dead_log_limit: int
     #: The RETRYQUEUE_RETRY_HOOK object as loaded (a callable, or a class the
@@ -163,21 +173,47 @@ def bool_setting(settings: Any, name: str) -> bool:
     raise ConfigError(f"{name} must be True or False, got {value!r}")
 
 
-def _policies(settings: Any, scrapy_retry: ScrapyRetry) -> PolicyTable:
+def kinds_setting(settings: Any) -> KindTable:
+    """RETRYQUEUE_KINDS: the built-in kinds plus the project's own, validated.
+
+    Cheap and Scrapy-free: the commands and the dashboard read their kinds here too.
+    """
+    name = "RETRYQUEUE_KINDS"
+    table = KindTable.with_declared(
+        _maybe_json(name, raw_setting(settings, name)), policy_fields=POLICY_FIELD_NAMES, where=name
+    )
+    for kind in table.declared:
+        # The policy's values are checked here, once, with the setting's name.
+        Policy.from_dict(table[kind].policy, where=f"{name}[{kind!r}]")
+    return table
+
+
+def _base_policy(table: KindTable, kind: str) -> Policy:
+    where = f"defaults[{kind!r}]" if kind in defaults.POLICIES else f"RETRYQUEUE_KINDS[{kind!r}]"
+    return Policy.from_dict(defaults.POLICIES.get(kind) or table[kind].policy, where=where)
+
+
+def _policies(
+    settings: Any,
+    scrapy_retry: ScrapyRetry,
+    table: KindTable,
+    backoff: BackoffStrategy | None,
+) -> PolicyTable:
     name = "RETRYQUEUE_POLICIES"
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name} must be a dict of kind -> policy fields, got {user!r}")
-    policies: dict[str, Policy] = {}
-    for kind in defaults.POLICY_KINDS:
-        base = Policy.from_dict(defaults.POLICIES[kind], where=f"defaults[{kind!r}]")
-        base = base.merged(scrapy_retry.policies.get(kind, {}), where="RETRY_* settings")
-        policies[kind] = base.merged(user.get(kind, {}), where=f"{name}[{kind!r}]")
-    unknown = set(user) - set(defaults.POLICY_KINDS)
+    known = table.policy_names
+    unknown = set(user) - set(known)
     if unknown:
         raise ConfigError(
-            f"{name} names unknown kind(s) {sorted(unknown)}; known: {', '.join(defaults.POLICY_KINDS)}"
+            f"{name} names unknown kind(s) {sorted(map(str, unknown))}; known: {', '.join(known)}"
         )
+    policies: dict[str, Policy] = {}
+    for kind in known:
+        base = _base_policy(table, kind)
+        base = base.merged(scrapy_retry.policies.get(kind, {}), where="RETRY_* settings")
+        policies[kind] = base.merged(user.get(kind, {}), where=f"{name}[{kind!r}]")
 
     dname = "RETRYQUEUE_DOMAIN_POLICIES"
     per_domain_raw = _maybe_json(dname, raw_setting(settings, dname))
@@ -197,8 +233,7 @@ def _policies(settings: Any, scrapy_retry: ScrapyRetry) -> PolicyTable:
         for kind, overrides in per_kind.items():
             if kind not in policies:
                 raise ConfigError(
-                    f"{dname}[{domain!r}] names unknown kind {kind!r}; "
-                    f"known: {', '.join(defaults.POLICY_KINDS)}"
+                    f"{dname}[{domain!r}] names unknown kind {kind!r}; known: {', '.join(known)}"
                 )
             resolved[kind] = policies[kind].merged(
                 overrides, where=f"{dname}[{domain!r}][{kind!r}]"
@@ -206,10 +241,16 @@ def _policies(settings: Any, scrapy_retry: ScrapyRetry) -> PolicyTable:
         per_domain[domain.lower().lstrip(".")] = resolved
 
     retry_after_max = number_setting(settings, "RETRYQUEUE_RETRY_AFTER_MAX")
-    return PolicyTable(policies, per_domain, retry_after_max=float(retry_after_max))
+    return PolicyTable(
+        policies,
+        per_domain,
+        retry_after_max=float(retry_after_max),
+        backoff=backoff,
+        kind_table=table,
+    )
 
 
-def _status_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[int, str]:
+def _status_kinds(settings: Any, scrapy_retry: ScrapyRetry, table: KindTable) -> dict[int, str]:
     name = "RETRYQUEUE_STATUS_KINDS"
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
@@ -229,16 +270,16 @@ def _status_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[int, str]:
             raise ConfigError(f"{name} key must be an HTTP status (100-599), got {status!r}")
         if kind is None:  # a project can stop treating a status as a failure
             merged.pop(code, None)
-        elif kind in defaults.POLICY_KINDS:
+        elif kind in table.policy_names:
             merged[code] = kind
         else:
             raise ConfigError(
-                f"{name}[{status!r}] is {kind!r}, not a kind; known: {', '.join(defaults.POLICY_KINDS)}"
+                f"{name}[{status!r}] is {kind!r}, not a kind; known: {', '.join(table.policy_names)}"
             )
     return merged
 
 
-def _exception_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[type, str]:
+def _exception_kinds(settings: Any, scrapy_retry: ScrapyRetry, table: KindTable) -> dict[type, str]:
     name = "RETRYQUEUE_EXCEPTION_KINDS"
     user = _maybe_json(name, raw_setting(settings, name))
     if not isinstance(user, Mapping):
@@ -248,11 +289,11 @@ def _exception_kinds(settings: Any, scrapy_retry: ScrapyRetry) -> dict[type, str
         cls = exception_class(path, where=f"{name} key")
         if kind is None:
             resolved.pop(cls, None)
-        elif kind in defaults.POLICY_KINDS:
+        elif kind in table.policy_names:
             resolved[cls] = kind
         else:
             raise ConfigError(
-                f"{name}[{path!r}] is {kind!r}, not a kind; known: {', '.join(defaults.POLICY_KINDS)}"
+                f"{name}[{path!r}] is {kind!r}, not a kind; known: {', '.join(table.policy_names)}"
             )
     return resolved
 
@@ -413,6 +454,55 @@ def _retry_hook(settings: Any) -> Any:
     return value
 
 
+def _backoff(settings: Any) -> Any:
+    """RETRYQUEUE_BACKOFF: a class (or its import path), or an object with a ``delay`` method."""
+    name = "RETRYQUEUE_BACKOFF"
+    value = raw_setting(settings, name)
+    if value is None or value == "":
+        return ExponentialBackoff
+    if isinstance(value, str):
+        try:
+            value = load_object(value)
+        except (ImportError, AttributeError, NameError, ValueError) as exc:
+            raise ConfigError(f"{name} {value!r} does not import: {exc}") from None
+    if not callable(getattr(value, "delay", None)):
+        raise ConfigError(
+            f"{name} must be a class (or its import path) or an object with a delay(ctx) "
+            f"method, got {value!r}"
+        )
+    return value
+
+
+def build_backoff(value: Any, crawler: Crawler | None = None) -> BackoffStrategy:
+    """The strategy of a loaded RETRYQUEUE_BACKOFF: a class is built with Scrapy's
+    ``build_from_crawler`` (its ``from_crawler`` when it has one), or plainly
+    without a crawler; an object is used as it is."""
+    if not isinstance(value, type):
+        return value
+    try:
+        if crawler is None:
+            return value()
+        from scrapy.utils.misc import build_from_crawler
+
+        return build_from_crawler(value, crawler)
+    except Exception as exc:
+        raise ConfigError(
+            f"RETRYQUEUE_BACKOFF {value.__module__}.{value.__qualname__} could not be built: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _dead_log_levels(settings: Any, table: KindTable) -> dict[str, int]:
+    levels: dict[str, int] = {}
+    for kind in table:
+        level = kind.dead_log_level
+        if level.startswith("setting:"):
+            levels[kind.name] = _log_level(settings, level.removeprefix("setting:"))
+        else:
+            levels[kind.name] = logging.getLevelName(level)
+    return levels
+
+
 def load_config(settings: Any) -> Config:
     """Read and validate every RETRYQUEUE_* setting of a Scrapy Settings object."""
     max_in_flight = raw_setting(settings, "RETRYQUEUE_MAX_IN_FLIGHT")
@@ -432,7 +522,9 @@ def load_config(settings: Any) -> Config:
             f"RETRYQUEUE_LEASE_TIME ({lease}) must be at least 3 x RETRYQUEUE_POLL_INTERVAL "
             f"({poll}), so leases are renewed before they expire"
         )
-    scrapy_retry = read_scrapy_retry(settings)
+    kind_table = kinds_setting(settings)
+    backoff = _backoff(settings)
+    scrapy_retry = read_scrapy_retry(settings, kind_table)
     priority_adjust = number_setting(
         settings, "RETRYQUEUE_PRIORITY_ADJUST", minimum=-(10**9), whole=True
     )
@@ -460,9 +552,14 @@ def load_config(settings: Any) -> Config:
         redis_cluster=bool_setting(settings, "RETRYQUEUE_REDIS_CLUSTER"),
         spool_memory=number_setting(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
         spool_max=number_setting(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),
-        policy_table=_policies(settings, scrapy_retry),
-        status_kinds=_status_kinds(settings, scrapy_retry),
-        exception_kinds=_exception_kinds(settings, scrapy_retry),
+        kinds=kind_table,
+        backoff=backoff,
+        # A class is built per crawler (config_for); until then the default strategy.
+        policy_table=_policies(
+            settings, scrapy_retry, kind_table, None if isinstance(backoff, type) else backoff
+        ),
+        status_kinds=_status_kinds(settings, scrapy_retry, kind_table),
+        exception_kinds=_exception_kinds(settings, scrapy_retry, kind_table),
         poll_interval=float(poll),
         lease_time=float(lease),
         max_in_flight=int(max_in_flight),
@@ -476,6 +573,7 @@ def load_config(settings: Any) -> Config:
         audit_retention=str(raw_setting(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
+        dead_log_levels=_dead_log_levels(settings, kind_table),
         dead_log_limit=number_setting(settings, "RETRYQUEUE_DEAD_LOG_LIMIT", whole=True),
         retry_hook=_retry_hook(settings),
         domain_cooldown=bool_setting(settings, "RETRYQUEUE_DOMAIN_COOLDOWN"),
@@ -517,6 +615,7 @@ def config_for(crawler: Crawler) -> Config:
     if cached is None:
         try:
             cached = load_config(crawler.settings)
+            cached.policy_table.backoff = build_backoff(cached.backoff, crawler)
         except ConfigError as exc:
             cached = exc
         _CONFIGS[crawler] = cached

@@ -1,9 +1,10 @@
-"""Every default and tuning constant of scrapy-retryqueue, and its lists of kinds.
+"""Every default and tuning constant of scrapy-retryqueue.
 
 Settings are read through :mod:`scrapy_retryqueue.config`, which validates them
-against these defaults. Nothing else in the package hard-codes a default value,
-a tuning number shared by two modules, or a list of failure kinds: they import
-them from here, as Scrapy's components read ``scrapy.settings.default_settings``.
+against these defaults. Nothing else in the package hard-codes a default value
+or a tuning number shared by two modules: they import them from here, as
+Scrapy's components read ``scrapy.settings.default_settings``. The failure
+kinds and what each one means are :mod:`scrapy_retryqueue.kinds`' table.
 """
 
 from __future__ import annotations
@@ -14,41 +15,6 @@ from . import kinds
 
 #: Version of the task envelope written to Redis; readers refuse newer ones.
 ENVELOPE_VERSION = 1
-
-# -- failure kinds (derived from the one table, kinds.py) ---------------------
-
-_kinds = kinds.BUILTIN
-#: Failure kinds that the classifier can produce and whose default policy retries.
-RETRYABLE_KINDS = tuple(
-    k.name for k in _kinds if not k.internal and k.retry and k.name != kinds.UNKNOWN
-)
-PERMANENT_KINDS = tuple(
-    k.name for k in _kinds if not k.internal and not k.retry and k.name != kinds.UNKNOWN
-)
-UNKNOWN_KIND = kinds.UNKNOWN
-UNSERIALIZABLE_KIND = kinds.UNSERIALIZABLE
-MALFORMED_KIND = kinds.MALFORMED
-POISON_KIND = kinds.POISON
-VETOED_KIND = kinds.VETOED
-DEFERRED_KIND = kinds.DEFERRED
-#: Kinds produced by the queue itself: no policy covers them and none can be
-#: configured. A failure of one of these kinds is never retried (policy.py);
-#: a deferred task waits for its domain instead.
-INTERNAL_KINDS = tuple(k.name for k in _kinds if k.internal)
-#: Kinds that RETRYQUEUE_POLICIES, RETRYQUEUE_STATUS_KINDS and the meta keys may name.
-POLICY_KINDS = tuple(k.name for k in _kinds if not k.internal)
-#: Every kind a task can have: what filters on a kind accept.
-ALL_KINDS = tuple(k.name for k in _kinds)
-#: Kinds that count towards a domain's burst of failures; a throttling answer
-#: (429, 503 with Retry-After) trips the domain at once instead.
-BURST_KINDS = tuple(k.name for k in _kinds if k.burst)
-#: Kinds of failure that a domain's circuit breaker counts against it; any other
-#: answer of the site counts as a success.
-BREAKER_KINDS = tuple(k.name for k in _kinds if k.breaker)
-#: Kinds that RETRYQUEUE_COOLDOWN_PROBE_PERMANENT gives one more try.
-COOLDOWN_PROBE_KINDS = tuple(k.name for k in _kinds if k.cooldown_probe)
-#: Dead letters that the site or the project chose: logged at INFO, not ERROR.
-EXPECTED_DEAD_KINDS = tuple(k.name for k in _kinds if k.dead_log_level != "ERROR")
 
 # -- retry policies --------------------------------------------------------------
 
@@ -68,52 +34,53 @@ POLICY_FIELDS: dict[str, Any] = {
 }
 
 
-#: RETRYQUEUE_POLICIES: per failure kind; delays in seconds. A project's value is
-#: merged over this one key by key, so it only names what it changes.
+#: The built-in kinds' default policies (their records in kinds.BUILTIN own
+#: them), delays in seconds. RETRYQUEUE_POLICIES is merged over these key by
+#: key, so it only names what it changes.
 POLICIES: dict[str, dict[str, Any]] = {
-    k.name: {**POLICY_FIELDS, **k.policy} for k in _kinds if not k.internal
+    k.name: {**POLICY_FIELDS, **k.policy} for k in kinds.BUILTIN if not k.internal
 }
 
 #: RETRYQUEUE_STATUS_KINDS: which HTTP statuses are failures, and of which kind.
 #: Statuses not listed pass through to the spider untouched.
 STATUS_KINDS: dict[int, str] = {
-    408: "server_error",
-    429: "rate_limited",
-    500: "server_error",
-    502: "server_error",
-    503: "server_error",
-    504: "server_error",
-    522: "server_error",
-    524: "server_error",
-    401: "forbidden",
-    403: "forbidden",
-    404: "not_found",
-    410: "not_found",
+    408: kinds.SERVER_ERROR,
+    429: kinds.RATE_LIMITED,
+    500: kinds.SERVER_ERROR,
+    502: kinds.SERVER_ERROR,
+    503: kinds.SERVER_ERROR,
+    504: kinds.SERVER_ERROR,
+    522: kinds.SERVER_ERROR,
+    524: kinds.SERVER_ERROR,
+    401: kinds.FORBIDDEN,
+    403: kinds.FORBIDDEN,
+    404: kinds.NOT_FOUND,
+    410: kinds.NOT_FOUND,
 }
 
 #: RETRYQUEUE_EXCEPTION_KINDS: exception classes (import paths) → kind. The most
 #: specific class in an exception's MRO wins; paths that do not import (a class
 #: that an older Scrapy lacks) are skipped.
 EXCEPTION_KINDS: dict[str, str] = {
-    "scrapy.exceptions.DownloadTimeoutError": "timeout",
-    "twisted.internet.error.TimeoutError": "timeout",
-    "twisted.internet.error.TCPTimedOutError": "timeout",
-    "scrapy.exceptions.CannotResolveHostError": "dns",
-    "twisted.internet.error.DNSLookupError": "dns",
-    "scrapy.exceptions.DownloadConnectionRefusedError": "connection",
-    "scrapy.exceptions.DownloadFailedError": "connection",
-    "scrapy.exceptions.ResponseDataLossError": "connection",
-    "twisted.internet.error.ConnectionRefusedError": "connection",
-    "twisted.internet.error.ConnectError": "connection",
-    "twisted.internet.error.ConnectionLost": "connection",
-    "twisted.internet.error.ConnectionDone": "connection",
-    "twisted.web._newclient.ResponseNeverReceived": "connection",
-    "twisted.web._newclient.ResponseFailed": "connection",
-    "scrapy.core.downloader.handlers.http11.TunnelError": "connection",
-    "builtins.TimeoutError": "timeout",
+    "scrapy.exceptions.DownloadTimeoutError": kinds.TIMEOUT,
+    "twisted.internet.error.TimeoutError": kinds.TIMEOUT,
+    "twisted.internet.error.TCPTimedOutError": kinds.TIMEOUT,
+    "scrapy.exceptions.CannotResolveHostError": kinds.DNS,
+    "twisted.internet.error.DNSLookupError": kinds.DNS,
+    "scrapy.exceptions.DownloadConnectionRefusedError": kinds.CONNECTION,
+    "scrapy.exceptions.DownloadFailedError": kinds.CONNECTION,
+    "scrapy.exceptions.ResponseDataLossError": kinds.CONNECTION,
+    "twisted.internet.error.ConnectionRefusedError": kinds.CONNECTION,
+    "twisted.internet.error.ConnectError": kinds.CONNECTION,
+    "twisted.internet.error.ConnectionLost": kinds.CONNECTION,
+    "twisted.internet.error.ConnectionDone": kinds.CONNECTION,
+    "twisted.web._newclient.ResponseNeverReceived": kinds.CONNECTION,
+    "twisted.web._newclient.ResponseFailed": kinds.CONNECTION,
+    "scrapy.core.downloader.handlers.http11.TunnelError": kinds.CONNECTION,
+    "builtins.TimeoutError": kinds.TIMEOUT,
     # HttpCompressionMiddleware raises OSError on a truncated body.
-    "builtins.OSError": "connection",
-    "scrapy_retryqueue.exceptions.PermanentFailure": "rule",
+    "builtins.OSError": kinds.CONNECTION,
+    "scrapy_retryqueue.exceptions.PermanentFailure": kinds.RULE,
 }
 
 # -- tuning constants and defaults that function parameters share -------------
@@ -167,6 +134,8 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_SPOOL_MEMORY": 10_000,
     #: Writes the local spool holds at most; past it a failure goes to its errback.
     "RETRYQUEUE_SPOOL_MAX": 1_000_000,
+    #: The project's own failure kinds: name -> policy fields and traits (kinds.py).
+    "RETRYQUEUE_KINDS": {},
     #: Kind -> policy fields, merged over POLICIES field by field.
     "RETRYQUEUE_POLICIES": {},
     #: Host name -> kind -> policy fields, for a domain and its subdomains.
@@ -175,6 +144,9 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_STATUS_KINDS": {},
     #: Exception class (or its path) -> kind (None: drop it), merged over EXCEPTION_KINDS.
     "RETRYQUEUE_EXCEPTION_KINDS": {},
+    #: The backoff strategy: a class (or its import path) built with Scrapy's
+    #: build_from_crawler, whose delay(ctx) gives the seconds before a retry.
+    "RETRYQUEUE_BACKOFF": "scrapy_retryqueue.backoff.ExponentialBackoff",
     #: Cap on a server's Retry-After, seconds.
     "RETRYQUEUE_RETRY_AFTER_MAX": 3600.0,
     #: Seconds between two polls of the queue for due tasks.
@@ -208,7 +180,8 @@ SETTINGS: dict[str, Any] = {
     #: thousands of lines. 0: every dead letter at DEBUG.
     "RETRYQUEUE_DEAD_LOG_LIMIT": 20,
     #: A callable (or its import path) called as hook(request, decision) before a
-    #: retry is scheduled: None keeps it, a Request replaces it, False vetoes it.
+    #: retry is scheduled: None keeps it, a Request replaces it, False vetoes it,
+    #: a number sets its delay in seconds.
     "RETRYQUEUE_RETRY_HOOK": None,
     #: Per-domain cooldowns shared by the fleet (a circuit breaker per host).
     "RETRYQUEUE_DOMAIN_COOLDOWN": False,

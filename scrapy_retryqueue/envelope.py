@@ -24,6 +24,7 @@ from scrapy.utils.request import request_from_dict
 from .defaults import ENVELOPE_VERSION, TRANSIENT_META_KEYS
 from .encryption import RequestCipher, open_request
 from .exceptions import EnvelopeError
+from .kinds import MALFORMED
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -242,10 +243,10 @@ def malformed_envelope(task_id: str, raw: str | bytes, error: str, node: str) ->
     doc: dict[str, Any] = {
         "v": ENVELOPE_VERSION,
         "id": task_id,
-        "dead_kind": "malformed",
-        "kind": "malformed",
+        "dead_kind": MALFORMED,
+        "kind": MALFORMED,
         "node": node,
-        "last_error": {"kind": "malformed", "type": "EnvelopeError", "message": error},
+        "last_error": {"kind": MALFORMED, "type": "EnvelopeError", "message": error},
     }
     if isinstance(raw, bytes):
         try:

@@ -16,6 +16,22 @@ class PermanentFailure(RetryQueueError):
     """
 
 
+class RetryLater(RetryQueueError):
+    """Raise from a spider callback to park the request as a failure of *kind*.
+
+    *kind* is a built-in kind or one the project declares in RETRYQUEUE_KINDS
+    (``RetryLater("captcha")``); that kind's policy decides whether the request
+    is retried, when, and when it becomes a dead letter. A kind the crawl does
+    not know is a bug of the spider: its request is dead-lettered as
+    ``unknown`` at once, and an ERROR line names the kind.
+    """
+
+    def __init__(self, kind: str, message: str = "") -> None:
+        super().__init__(message or f"retry later: {kind}")
+        self.kind = kind
+        self.message = message
+
+
 class RequestParked(IgnoreRequest, RetryQueueError):
     """A failed request was parked in the retry queue and will come back later.
 

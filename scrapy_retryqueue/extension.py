@@ -21,6 +21,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
+from . import kinds
 from .classify import failure_for_kind
 from .defaults import (
     FINISH_REASON_KEY_MISSING,
@@ -363,7 +364,7 @@ class RetryQueueExtension:
         request = getattr(response, "request", None)
         if request is None or request.meta.get("dont_retry", False):
             return
-        storage = failure_for_kind("storage", failure.value)
+        storage = failure_for_kind(kinds.STORAGE, failure.value)
         replay = self.runtime.replay_meta(item) if self.config.item_replay else None
         if replay is not None and META_ITEM not in request.meta:
             # Each failed item of a page is a task of its own: fingerprint + item.

@@ -5,7 +5,8 @@ it is retried and with which default policy, whether it counts against a
 domain's breaker, whether it is a download failure, at which level its dead
 letters are logged, and whether the queue itself produces it. The built-in
 kinds are the entries of :data:`BUILTIN`; a project declares more with
-``RETRYQUEUE_KINDS`` (validated by :mod:`scrapy_retryqueue.config`).
+``RETRYQUEUE_KINDS``, checked here (:meth:`KindTable.with_declared`) when
+:mod:`scrapy_retryqueue.config` builds a crawler's :class:`KindTable`.
 
 Code that needs one kind by its role names the constant below (``kinds.PARSE``),
 never the string: a test holds that no kind literal appears outside this module.
@@ -14,9 +15,12 @@ Lua scripts get the kinds they write through ARGV.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .exceptions import ConfigError
 
 # -- the built-in kinds, by role ---------------------------------------------------
 
@@ -130,3 +134,138 @@ BUILTIN: tuple[Kind, ...] = (
 
 #: Built-in kinds by name.
 BUILTIN_BY_NAME: dict[str, Kind] = {kind.name: kind for kind in BUILTIN}
+
+#: The traits a project's kind may set in RETRYQUEUE_KINDS, beside its policy
+#: fields (internal is the queue's own: no project kind has it).
+TRAITS = ("breaker", "burst", "download", "dead_log_level", "cooldown_probe")
+#: What a project's kind may be called: it ends up in stat names, log lines,
+#: command-line filters and metric labels.
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_KINDS_SETTING = "RETRYQUEUE_KINDS"
+
+
+class KindTable:
+    """The kinds one crawl knows: the built-in ones and its project's own.
+
+    Pure and read-only once built; :mod:`scrapy_retryqueue.config` builds one
+    per crawler from ``RETRYQUEUE_KINDS`` (:meth:`with_declared`), and the
+    commands and the dashboard build theirs from the same setting.
+    """
+
+    __slots__ = ("_by_name", "declared")
+
+    def __init__(self, kinds: Collection[Kind] = BUILTIN) -> None:
+        self._by_name: dict[str, Kind] = {kind.name: kind for kind in kinds}
+        #: The project's own kinds' names, in the order it declared them.
+        self.declared: tuple[str, ...] = tuple(
+            kind.name for kind in kinds if kind.name not in BUILTIN_BY_NAME
+        )
+
+    @classmethod
+    def with_declared(
+        cls,
+        declared: Any,
+        *,
+        policy_fields: Collection[str],
+        where: str = _KINDS_SETTING,
+    ) -> KindTable:
+        """The built-in kinds plus *declared* (a RETRYQUEUE_KINDS value: name -> fields).
+
+        *policy_fields* are the names a kind's policy may set (policy.Policy's);
+        their values are checked where the policy is built. ConfigError names
+        *where*, the kind and the bad field, and shows the value.
+        """
+        if declared is None or declared == "":
+            return cls()
+        if not isinstance(declared, Mapping):
+            raise ConfigError(f"{where} must be a dict of kind name -> fields, got {declared!r}")
+        kinds = list(BUILTIN)
+        for name, fields in declared.items():
+            kinds.append(_declared_kind(name, fields, policy_fields=policy_fields, where=where))
+        return cls(kinds)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[Kind]:
+        return iter(self._by_name.values())
+
+    def __getitem__(self, name: str) -> Kind:
+        return self._by_name[name]
+
+    def get(self, name: str) -> Kind | None:
+        return self._by_name.get(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every kind a task can have: what filters on a kind accept."""
+        return tuple(self._by_name)
+
+    @property
+    def policy_names(self) -> tuple[str, ...]:
+        """The kinds a policy covers: what RETRYQUEUE_POLICIES, RETRYQUEUE_STATUS_KINDS,
+        RETRYQUEUE_EXCEPTION_KINDS and the meta keys may name."""
+        return tuple(kind.name for kind in self._by_name.values() if not kind.internal)
+
+    def is_internal(self, name: str) -> bool:
+        kind = self._by_name.get(name)
+        return kind is not None and kind.internal
+
+    def has(self, name: str, trait: str) -> bool:
+        """Whether kind *name* has *trait* (a boolean field of Kind); False when unknown."""
+        kind = self._by_name.get(name)
+        return kind is not None and bool(getattr(kind, trait))
+
+    def named(self, trait: str) -> tuple[str, ...]:
+        """The kinds that have *trait*, in table order."""
+        return tuple(kind.name for kind in self._by_name.values() if getattr(kind, trait))
+
+
+def _declared_kind(name: Any, fields: Any, *, policy_fields: Collection[str], where: str) -> Kind:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ConfigError(
+            f"{where} key {name!r} is not a kind name: 1 to 40 of a-z, 0-9 and _, "
+            "starting with a letter"
+        )
+    here = f"{where}[{name!r}]"
+    builtin = BUILTIN_BY_NAME.get(name)
+    if builtin is not None:
+        if builtin.internal:
+            raise ConfigError(
+                f"{here}: {name!r} is one of the queue's own kinds; pick another name"
+            )
+        raise ConfigError(
+            f"{here}: {name!r} is a built-in kind; change its policy in RETRYQUEUE_POLICIES"
+        )
+    if not isinstance(fields, Mapping):
+        raise ConfigError(f"{here} must be a dict of policy fields and traits, got {fields!r}")
+    unknown = set(fields) - set(TRAITS) - set(policy_fields)
+    if unknown:
+        raise ConfigError(
+            f"{here} has unknown field(s) {sorted(map(str, unknown))}; known: policy fields "
+            f"{sorted(policy_fields)}, traits {sorted(TRAITS)}"
+        )
+    traits: dict[str, Any] = {}
+    for trait in ("breaker", "burst", "download", "cooldown_probe"):
+        if trait in fields:
+            value = fields[trait]
+            if not isinstance(value, bool):
+                raise ConfigError(f"{here}[{trait!r}] must be True or False, got {value!r}")
+            traits[trait] = value
+    if traits.get("burst") and not traits.get("breaker"):
+        # A burst is counted by the domain's breaker: without it nothing counts.
+        raise ConfigError(f"{here}: burst=True needs breaker=True")
+    if "dead_log_level" in fields:
+        level = fields["dead_log_level"]
+        if not isinstance(level, str) or level.upper() not in DEAD_LOG_LEVELS:
+            raise ConfigError(
+                f"{here}['dead_log_level'] must be one of {', '.join(DEAD_LOG_LEVELS)}, "
+                f"got {level!r}"
+            )
+        traits["dead_log_level"] = level.upper()
+    policy = {key: value for key, value in fields.items() if key not in TRAITS}
+    return Kind(name, policy, **traits)
+
+
+#: The table of the built-in kinds alone (a project that declares none).
+BUILTIN_TABLE = KindTable()

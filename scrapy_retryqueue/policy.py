@@ -1,29 +1,29 @@
 """Retry policies: a failure and the attempts so far become a decision.
 
-Pure: the caller passes the random source. Policies are resolved
-per kind, per domain and per request (meta), in that order.
+Pure: the caller passes the random source and the backoff strategy. Policies
+are resolved per kind, per domain and per request (meta), in that order; the
+strategy picks the delay and the policy's bounds and Retry-After hold around it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .backoff import compute_backoff
+from . import kinds
+from .backoff import BackoffContext, BackoffStrategy, ExponentialBackoff
 from .classify import FailureInfo
-from .defaults import (
-    INTERNAL_KINDS,
-    JITTER_MODES,
-    META_MAX_RETRIES,
-    META_POLICY,
-    POLICY_FIELDS,
-    POLICY_KINDS,
-    UNKNOWN_KIND,
-)
+from .defaults import JITTER_MODES, META_MAX_RETRIES, META_POLICY, POLICY_FIELDS
 from .exceptions import ConfigError
+
+logger = logging.getLogger(__name__)
+
+#: The fields of a policy (what RETRYQUEUE_POLICIES and RETRYQUEUE_KINDS may set).
+POLICY_FIELD_NAMES = tuple(POLICY_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,24 @@ class Decision:
     reason: str
 
 
+def checked_delay(value: Any, *, max_delay: float) -> float:
+    """*value* (seconds) clamped to at most *max_delay*; ValueError when it is not a
+    finite number >= 0 (a bool is no number here)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"expected a finite number of seconds >= 0, got {value!r}")
+    return min(float(value), max_delay)
+
+
+def _name_of(strategy: object) -> str:
+    cls = strategy if isinstance(strategy, type) else type(strategy)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 class PolicyTable:
     """Policies per kind, per domain and per request, resolved in that order."""
 
@@ -108,11 +126,16 @@ class PolicyTable:
         domain_policies: Mapping[str, Mapping[str, Policy]],
         *,
         retry_after_max: float,
+        backoff: BackoffStrategy | None = None,
+        kind_table: kinds.KindTable = kinds.BUILTIN_TABLE,
     ) -> None:
         self.policies = dict(policies)
         # Longest suffix first, so "shop.example.com" beats "example.com".
         self.domain_policies = dict(sorted(domain_policies.items(), key=lambda item: -len(item[0])))
         self.retry_after_max = retry_after_max
+        #: RETRYQUEUE_BACKOFF: picks each retry's delay within the policy's bounds.
+        self.backoff: BackoffStrategy = backoff if backoff is not None else ExponentialBackoff()
+        self.kinds = kind_table
 
     def policy_for(
         self,
@@ -121,7 +144,7 @@ class PolicyTable:
         meta_policy: Mapping[str, Any] | None = None,
         meta_max_retries: int | None = None,
     ) -> Policy:
-        policy = self.policies.get(kind) or self.policies[UNKNOWN_KIND]
+        policy = self.policies.get(kind) or self.policies[kinds.UNKNOWN]
         if domain:
             # The longest matching suffix that names this kind wins; a shorter
             # one still applies to kinds the longer one leaves out.
@@ -146,29 +169,69 @@ class PolicyTable:
         meta_policy: Mapping[str, Any] | None = None,
         meta_max_retries: int | None = None,
         rand: Callable[[], float] = random.random,
+        since_first: float = 0.0,
+        url: str | None = None,
+        on_error: Callable[[str], None] | None = None,
     ) -> Decision:
+        """What to do with *failure*, given the retries of each kind so far.
+
+        The backoff strategy picks the delay (*since_first* and *url* are for
+        it); *on_error* hears of a strategy that failed or returned no valid
+        delay (the policy's exponential delay is used instead), else it is logged.
+        """
         kind = failure.kind
         done = int(attempts.get(kind, 0))
-        if kind in INTERNAL_KINDS:
+        if self.kinds.is_internal(kind):
             return Decision(kind, False, 0.0, done, f"{kind}: never retried")
         policy = self.policy_for(kind, domain, meta_policy, meta_max_retries)
         if not policy.retry:
             return Decision(kind, False, 0.0, done, f"{kind}: not retried by policy")
         if done >= policy.max_retries:
             return Decision(kind, False, 0.0, done, f"{kind}: gave up after {done} retries")
-        delay = compute_backoff(
-            done,
-            base_delay=policy.base_delay,
-            multiplier=policy.multiplier,
-            max_delay=policy.max_delay,
-            jitter=policy.jitter,
+        ctx = BackoffContext(
+            kind=kind,
+            attempt=done,
+            policy=policy,
+            domain=domain,
+            retry_after=failure.retry_after,
+            since_first=since_first,
             rand=rand,
+            url=url,
         )
-        if failure.retry_after is not None:
-            delay = max(delay, min(failure.retry_after, self.retry_after_max))
+        delay = self.bounded(self._strategy_delay(ctx, on_error), policy, failure.retry_after)
         return Decision(
             kind, True, delay, done + 1, f"{kind}: retry {done + 1} of {policy.max_retries}"
         )
+
+    def bounded(self, delay: float, policy: Policy, retry_after: float | None) -> float:
+        """A valid delay within the policy's bounds: at most its max_delay, and at least
+        the server's Retry-After (capped at RETRYQUEUE_RETRY_AFTER_MAX) when it sent one."""
+        delay = min(max(delay, 0.0), policy.max_delay)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.retry_after_max))
+        return delay
+
+    def _strategy_delay(self, ctx: BackoffContext, on_error: Callable[[str], None] | None) -> float:
+        strategy = self.backoff
+        try:
+            value = strategy.delay(ctx)
+        except Exception as exc:
+            problem = f"raised {type(exc).__name__}: {exc}"
+        else:
+            try:
+                return checked_delay(value, max_delay=ctx.policy.max_delay)
+            except ValueError:
+                problem = f"returned {value!r}, not a finite number of seconds >= 0"
+        # A broken strategy must neither stop the crawl nor lose the request.
+        message = (
+            f"RETRYQUEUE_BACKOFF {_name_of(strategy)}.delay() {problem} for a {ctx.kind} "
+            "retry; using the policy's exponential delay"
+        )
+        if on_error is not None:
+            on_error(message)
+        else:
+            logger.error("scrapy-retryqueue: %s", message)
+        return ExponentialBackoff().delay(ctx)
 
     def check_meta_policy(self, value: Any) -> Mapping[str, Any]:
         """Validate a request's ``retryqueue_policy`` meta; ConfigError names the bad part."""
@@ -176,9 +239,9 @@ class PolicyTable:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} must be a dict of kind -> policy fields, got {value!r}")
         for kind, overrides in value.items():
-            if kind not in POLICY_KINDS:
+            if kind not in self.policies:
                 raise ConfigError(
-                    f"{where} names unknown kind {kind!r}; known: {', '.join(POLICY_KINDS)}"
+                    f"{where} names unknown kind {kind!r}; known: {', '.join(self.policies)}"
                 )
             self.policies[kind].merged(overrides, where=f"{where}[{kind!r}]")
         return value

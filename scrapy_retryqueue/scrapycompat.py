@@ -15,14 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import defaults
+from . import defaults, kinds
 from .classify import exception_class, exception_kinds_of
 from .exceptions import ConfigError
-
-#: The kinds a download failure can have: what RETRY_ENABLED and RETRY_TIMES cover.
-DOWNLOAD_KINDS = tuple(k for k in defaults.RETRYABLE_KINDS if k not in ("parse", "storage")) + (
-    defaults.UNKNOWN_KIND,
-)
 
 
 def project_set(settings: Any, name: str) -> bool:
@@ -54,21 +49,25 @@ class ScrapyRetry:
 
 
 def own_policy_fields(settings: Any) -> dict[str, frozenset[str]]:
-    """Kind -> the policy fields RETRYQUEUE_POLICIES sets for it (those win over RETRY_*)."""
-    value = settings.get("RETRYQUEUE_POLICIES")
-    if isinstance(value, str):
-        import json
+    """Kind -> the policy fields the project set for it (those win over RETRY_*): in
+    RETRYQUEUE_POLICIES, and in RETRYQUEUE_KINDS for a kind of its own."""
+    own: dict[str, set[str]] = {}
+    for name in ("RETRYQUEUE_KINDS", "RETRYQUEUE_POLICIES"):
+        value = settings.get(name)
+        if isinstance(value, str):
+            import json
 
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}  # config.py reports the bad value
-    if not isinstance(value, Mapping):
-        return {}
-    return {
-        str(kind): frozenset(fields) if isinstance(fields, Mapping) else frozenset()
-        for kind, fields in value.items()
-    }
+            try:
+                value = json.loads(value)
+            except ValueError:
+                continue  # config.py reports the bad value
+        if not isinstance(value, Mapping):
+            continue
+        for kind, fields in value.items():
+            named = own.setdefault(str(kind), set())
+            if isinstance(fields, Mapping):
+                named.update(str(f) for f in fields if f not in kinds.TRAITS)
+    return {kind: frozenset(fields) for kind, fields in own.items()}
 
 
 def _ascii_digits(value: Any) -> bool:
@@ -82,18 +81,23 @@ def _user_keys(settings: Any, name: str) -> set[Any]:
     return set(value) if isinstance(value, Mapping) else set()
 
 
-def read_scrapy_retry(settings: Any) -> ScrapyRetry:
+def read_scrapy_retry(
+    settings: Any, kind_table: kinds.KindTable = kinds.BUILTIN_TABLE
+) -> ScrapyRetry:
+    """What the project's RETRY_* settings ask of the queue; *kind_table* says which
+    kinds are download failures (what RETRY_ENABLED and RETRY_TIMES cover)."""
     result = ScrapyRetry()
     own = own_policy_fields(settings)
+    download_kinds = kind_table.named("download")
 
     if project_set(settings, "RETRY_ENABLED") and not settings.getbool("RETRY_ENABLED"):
-        off = [k for k in DOWNLOAD_KINDS if "retry" not in own.get(k, ())]
+        off = [k for k in download_kinds if "retry" not in own.get(k, ())]
         for kind in off:
             result.policies[kind] = {"retry": False}
         result.notices.append(
             "RETRY_ENABLED = False: failed downloads are not retried; they are still kept "
-            "as dead letters (kinds " + ", ".join(off) + "), and callback (parse) "
-            "and item (storage) failures are still retried"
+            "as dead letters (kinds " + ", ".join(off) + f"), and callback ({kinds.PARSE}) "
+            f"and item ({kinds.STORAGE}) failures are still retried"
         )
 
     if project_set(settings, "RETRY_TIMES"):
@@ -101,7 +105,7 @@ def read_scrapy_retry(settings: Any) -> ScrapyRetry:
         if isinstance(times, bool) or not isinstance(times, (int, str)) or not _ascii_digits(times):
             raise ConfigError(f"RETRY_TIMES must be a whole number >= 0, got {times!r}")
         result.retry_times = int(times)
-        for kind in DOWNLOAD_KINDS:
+        for kind in download_kinds:
             if "max_retries" not in own.get(kind, ()):
                 result.policies.setdefault(kind, {})["max_retries"] = int(times)
 
@@ -145,22 +149,18 @@ def _map_http_codes(settings: Any, result: ScrapyRetry) -> None:
             f"RETRY_HTTP_CODES must be a list of HTTP statuses, got {settings.get('RETRY_HTTP_CODES')!r}"
         ) from None
     own = {int(s) for s in _user_keys(settings, "RETRYQUEUE_STATUS_KINDS") if _ascii_digits(s)}
-    retried = {
-        status
-        for status, kind in defaults.STATUS_KINDS.items()
-        if kind not in defaults.PERMANENT_KINDS
-    }
+    retried = {status for status, kind in defaults.STATUS_KINDS.items() if _retried(kind)}
     for status in sorted(codes - retried - own):
         if not 100 <= status <= 599:
             raise ConfigError(f"RETRY_HTTP_CODES holds {status!r}, not an HTTP status (100-599)")
-        if defaults.STATUS_KINDS.get(status) in defaults.PERMANENT_KINDS:
+        if status in defaults.STATUS_KINDS:
             # A 404 or 403 the project retries: as the status table's kind
             # would dead-letter it, retry it as a server error.
             result.notices.append(
-                f"RETRY_HTTP_CODES includes {status}: retried as server_error instead of "
+                f"RETRY_HTTP_CODES includes {status}: retried as {kinds.SERVER_ERROR} instead of "
                 f"being dead-lettered as {defaults.STATUS_KINDS[status]}"
             )
-        result.status_kinds[status] = "server_error"
+        result.status_kinds[status] = kinds.SERVER_ERROR
     for status in sorted(retried - codes - own):
         result.status_kinds[status] = None
 
@@ -177,11 +177,11 @@ def _map_exceptions(settings: Any, result: ScrapyRetry) -> None:
         if path in own or any(issubclass(cls, known) for known in table):
             continue
         # Retried, as Scrapy would: a failure of the connection is the closest kind.
-        result.exception_kinds[path] = "connection"
+        result.exception_kinds[path] = kinds.CONNECTION
     dropped = sorted(
         f"{cls.__module__}.{cls.__qualname__}"
         for cls, kind in table.items()
-        if kind not in defaults.PERMANENT_KINDS
+        if _retried(kind)
         and not any(issubclass(cls, wanted) or issubclass(wanted, cls) for wanted in listed)
         and f"{cls.__module__}.{cls.__qualname__}" not in own
     )
@@ -192,3 +192,8 @@ def _map_exceptions(settings: Any, result: ScrapyRetry) -> None:
             + "); they are still retried by their kind's policy: to stop that, map them in "
             "RETRYQUEUE_EXCEPTION_KINDS or turn their kinds off in RETRYQUEUE_POLICIES"
         )
+
+
+def _retried(kind: str) -> bool:
+    """A built-in kind that its default policy retries (what Scrapy's RETRY_* lists cover)."""
+    return kinds.BUILTIN_BY_NAME[kind].retry

@@ -3,7 +3,8 @@
 A parse failure that will be retried is swallowed (the callback runs again on
 the re-fetched page later), but still counted in ``spider_exceptions/*`` and
 logged once per request with its traceback; one that is given up propagates,
-so Scrapy logs it as usual. ``PermanentFailure`` is dead-lettered at once with kind ``rule``.
+so Scrapy logs it as usual. ``PermanentFailure`` is dead-lettered at once with kind
+``rule``; ``RetryLater(kind)`` is a failure of that kind, which its policy decides.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 
+from . import kinds
 from .classify import failure_for_kind
-from .exceptions import PermanentFailure
+from .exceptions import PermanentFailure, RetryLater
 from .runtime import RetryQueueRuntime, runtime_for
 
 if TYPE_CHECKING:
@@ -41,7 +43,12 @@ class RetryQueueSpiderMiddleware:
             return None
         if request.meta.get("dont_retry", False):
             return None
-        kind = "rule" if isinstance(exception, PermanentFailure) else "parse"
+        if isinstance(exception, RetryLater):
+            kind = exception.kind
+        elif isinstance(exception, PermanentFailure):
+            kind = kinds.RULE
+        else:
+            kind = kinds.PARSE
         parking = self.runtime.park(request, failure_for_kind(kind, exception))
         if not parking.retry:
             return None  # given up: Scrapy logs it, with its traceback, and counts it

@@ -12,7 +12,7 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue import config as config_module
-from scrapy_retryqueue import defaults
+from scrapy_retryqueue import defaults, kinds
 from scrapy_retryqueue.config import config_for, load_config, redact_url, redis_url_from_settings
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.policy import Policy
@@ -51,33 +51,27 @@ def test_defaults():
 
 
 def test_every_kind_is_listed_once_and_deferred_is_one():
-    assert len(set(defaults.ALL_KINDS)) == len(defaults.ALL_KINDS)
-    assert set(defaults.ALL_KINDS) == {
-        *defaults.POLICY_KINDS,
-        *defaults.INTERNAL_KINDS,
-    }
-    assert not set(defaults.POLICY_KINDS) & set(defaults.INTERNAL_KINDS)
+    table = kinds.BUILTIN_TABLE
+    assert len(set(table.names)) == len(table.names) == len(kinds.BUILTIN)
+    assert set(table.names) == {*table.policy_names, *table.named("internal")}
+    assert not set(table.policy_names) & set(table.named("internal"))
     # Produced for a fresh request to a cooling domain: filters must accept it.
-    assert "deferred" in defaults.INTERNAL_KINDS
+    assert table.is_internal("deferred")
     kinds_named_elsewhere = {
         *defaults.STATUS_KINDS.values(),
         *defaults.EXCEPTION_KINDS.values(),
         *defaults.POLICIES,
-        *defaults.BURST_KINDS,
-        *defaults.BREAKER_KINDS,
-        *defaults.COOLDOWN_PROBE_KINDS,
-        *defaults.EXPECTED_DEAD_KINDS,
     }
-    assert kinds_named_elsewhere <= set(defaults.ALL_KINDS)
-    assert set(defaults.POLICIES) == set(defaults.POLICY_KINDS)
+    assert kinds_named_elsewhere <= set(table.names)
+    assert set(defaults.POLICIES) == set(table.policy_names)
 
 
 def test_default_policies_cover_every_kind():
     policies = _load().policy_table.policies
-    assert set(policies) == set(defaults.POLICY_KINDS)
+    assert set(policies) == set(kinds.BUILTIN_TABLE.policy_names)
     assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 5, "equal")
     assert policies["rate_limited"] == Policy(True, 30.0, 2.0, 240.0, 6, "equal")
-    for kind in defaults.PERMANENT_KINDS:
+    for kind in ("not_found", "forbidden", "rule"):
         assert policies[kind].retry is False
 
 

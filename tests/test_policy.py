@@ -7,7 +7,7 @@ import random
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_retryqueue import defaults
+from scrapy_retryqueue import defaults, kinds
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.exceptions import ConfigError
@@ -20,7 +20,7 @@ ZERO = lambda: 0.0  # noqa: E731
 def _default_policies() -> dict[str, Policy]:
     return {
         kind: Policy.from_dict(defaults.POLICIES[kind], where=kind)
-        for kind in defaults.POLICY_KINDS
+        for kind in kinds.BUILTIN_TABLE.policy_names
     }
 
 
@@ -75,7 +75,7 @@ def test_permanent_kinds_are_dead_at_once(kind):
     assert decision == Decision(kind, False, 0.0, 0, f"{kind}: not retried by policy")
 
 
-@pytest.mark.parametrize("kind", defaults.INTERNAL_KINDS)
+@pytest.mark.parametrize("kind", kinds.BUILTIN_TABLE.named("internal"))
 def test_internal_kinds_are_never_retried(kind):
     decision = _table().decide(
         _failure(kind),

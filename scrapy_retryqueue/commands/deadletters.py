@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..defaults import ALL_KINDS
+from ..kinds import BUILTIN_TABLE
 from ._common import (
     EXIT_ERROR,
     EXIT_NO_MATCH,
@@ -60,8 +60,9 @@ def _filter_options(
     group.add_argument("--spider", action="append", default=[], metavar="NAME",
                        help="the spider (default: every spider)")  # fmt: skip
     group.add_argument("--kind", action="append", default=[], metavar="KIND",
-                       help="the failure kind, one of: " + ", ".join(ALL_KINDS)
-                       + " (default: every kind)")  # fmt: skip
+                       help="the failure kind, one of: " + ", ".join(BUILTIN_TABLE.names)
+                       + ", or one the project declares in RETRYQUEUE_KINDS "
+                       "(default: every kind)")  # fmt: skip
     group.add_argument("--domain", action="append", default=[], metavar="HOST",
                        help="the host or any of its subdomains: shop.example matches "
                        "www.shop.example (default: every host)")  # fmt: skip
@@ -212,10 +213,12 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def filters_from(ns: Any) -> Filters:
+def filters_from(ns: Any, sources: Sources) -> Filters:
     from ..store.queries import Filters
 
     return Filters.from_options(
+        # The project's own kinds (RETRYQUEUE_KINDS) are kinds here too.
+        known_kinds=sources.config.kinds.names,
         spiders=ns.spider,
         kinds=ns.kind,
         domains=ns.domain,
@@ -271,7 +274,7 @@ class Command(BaseCommand):
     def _export(self, sources: Sources, ns: Any) -> int:
         from ..store.queries import count, stream_rows
 
-        filters = filters_from(ns)
+        filters = filters_from(ns, sources)
         destination = Destination.from_options(ns.output, ns.overwrite_output, ns.format)
         destination.check()
         secret = frozenset() if ns.include_secrets else sources.config.secret_headers
@@ -301,7 +304,7 @@ class Command(BaseCommand):
         from ..store import actions
         from ..store.queries import chunks
 
-        filters = filters_from(ns)
+        filters = filters_from(ns, sources)
         if filters.statuses != ["dead"]:
             raise CommandFailed("requeue takes dead letters only; leave out --status")
         total = _count(sources, filters)
@@ -353,7 +356,7 @@ class Command(BaseCommand):
     def _purge(self, sources: Sources, ns: Any) -> int:
         from ..store import actions
 
-        filters = filters_from(ns)
+        filters = filters_from(ns, sources)
         total = _count(sources, filters)
         if not total:
             raise CommandFailed(f"no tasks match ({filters.describe()})", EXIT_NO_MATCH)

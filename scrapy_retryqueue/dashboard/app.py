@@ -315,7 +315,7 @@ def create_app(
         return page(request, "error.html", 422, message=message)
 
     async def _tasks(filters: dict[str, list[str]], paging: dict[str, str | None]) -> Any:
-        parsed = parse_filters(filters)
+        parsed = parse_filters(filters, known_kinds=backend.known_kinds)
         return await run_in_threadpool(
             backend.tasks,
             parsed,
@@ -452,7 +452,7 @@ def create_app(
     async def api_action_count(
         action: str, filters: Annotated[dict[str, list[str]], Depends(filter_query)]
     ) -> Any:
-        parsed = parse_filters(filters)
+        parsed = parse_filters(filters, known_kinds=backend.known_kinds)
         matched = await run_in_threadpool(backend.count_for, action, parsed)
         return {"action": action, "matched": matched}
 
@@ -470,7 +470,7 @@ def create_app(
             params["id"] = body.ids
         if not params:
             raise DashboardError("give ids or filters (status=all for every task)")
-        filters = parse_filters(params)
+        filters = parse_filters(params, known_kinds=backend.known_kinds)
         return await run_in_threadpool(backend.run_action, action, filters, dry_run=body.dry_run)
 
     app.router.add_api_route(

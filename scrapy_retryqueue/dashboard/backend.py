@@ -22,8 +22,9 @@ import redis
 from sqlalchemy import and_, func, select
 
 from .. import view
-from ..config import secret_headers_setting
+from ..config import kinds_setting, secret_headers_setting
 from ..exceptions import ConfigError, RetryQueueError
+from ..kinds import BUILTIN_TABLE
 from ..redact import mask_envelope, mask_request
 from ..sources import Sources
 from ..status import collect, local_midnight
@@ -134,9 +135,13 @@ def _plain_filter_message(message: str) -> str:
 
 
 def parse_filters(
-    params: Mapping[str, Sequence[str] | str | None], *, default_status: str = "all"
+    params: Mapping[str, Sequence[str] | str | None],
+    *,
+    default_status: str = "all",
+    known_kinds: Sequence[str] = BUILTIN_TABLE.names,
 ) -> Filters:
-    """Filters (with the URL substring, ``q``) from query-string or JSON values."""
+    """Filters (with the URL substring, ``q``) from query-string or JSON values;
+    *known_kinds* are the kinds the kind filter accepts (:attr:`Backend.known_kinds`)."""
 
     def values(name: str) -> list[str]:
         raw = params.get(name)
@@ -167,6 +172,7 @@ def parse_filters(
             until=one("until"),
             statuses=values("status") or [default_status],
             ids=values("id"),
+            known_kinds=known_kinds,
         )
     except FilterError as exc:
         raise DashboardError(_plain_filter_message(str(exc))) from None
@@ -198,6 +204,10 @@ class Backend:
             if secret_headers is not None
             else secret_headers_setting(settings if settings is not None else {})
         )
+        #: The kinds a filter may name: the built-in ones and RETRYQUEUE_KINDS'.
+        self.known_kinds: tuple[str, ...] = kinds_setting(
+            settings if settings is not None else {}
+        ).names
         self._sources: Sources | None = None
         self._lock = threading.Lock()
 

@@ -32,7 +32,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
 from ..config import Config, config_for, redact_url
-from ..defaults import FLEET_BUSY_MIN_MS, FLEET_HEARTBEAT_MIN_MS, MALFORMED_KIND, POISON_KIND
+from ..defaults import FLEET_BUSY_MIN_MS, FLEET_HEARTBEAT_MIN_MS
 from ..domains import DomainCooldowns
 from ..envelope import (
     EnvelopeError,
@@ -42,6 +42,8 @@ from ..envelope import (
     task_from_json,
 )
 from ..exceptions import ConfigError, RequestParked
+from ..kinds import MALFORMED as MALFORMED_KIND
+from ..kinds import POISON as POISON_KIND
 from ..queue import Claimed, Write
 from ..startup import mark_logged
 from ..values import now_ms

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..defaults import BREAKER_KINDS, BURST_KINDS
 from ..domains import DomainChange, DomainCooldowns
 from ..values import now_ms
 from .writes import CONNECTION_ERRORS
@@ -72,9 +71,10 @@ class DomainBreaker:
     def downloaded(self, request: Request, failure: FailureInfo | None) -> None:
         """Tell the domain's circuit breaker how a download went.
 
-        A throttling answer (429; 503 with Retry-After) or a failure of a burst
-        kind counts against the domain; any other answer of the site (a 200, a
-        404) counts as a success, which reopens a half-open domain.
+        A throttling answer (429; 503 with Retry-After: a breaker kind that is
+        no burst kind) or a failure of a burst kind counts against the domain;
+        any other answer of the site (a 200, a 404) counts as a success, which
+        reopens a half-open domain. Which kind is which: the kinds' records.
         """
         domains = self.domains
         if domains is None or self.writes.down:
@@ -83,17 +83,23 @@ class DomainBreaker:
         if not domain:
             return
         now = now_ms()
-        if failure is None or (failure.status is not None and failure.kind not in BREAKER_KINDS):
+        kinds = self.config.kinds
+        if failure is None or (
+            failure.status is not None and not kinds.has(failure.kind, "breaker")
+        ):
             until = self.cooling.get(domain)
             if until is None or until > now:
                 return  # open, or cooling: a success in flight changes nothing
             d = self.writes.call(domains.ok, domain, now=now)
         else:
-            if failure.kind == "rate_limited" and (
-                failure.status == 429 or failure.retry_after is not None
+            burst = kinds.has(failure.kind, "burst")
+            if (
+                kinds.has(failure.kind, "breaker")
+                and not burst
+                and (failure.status == 429 or failure.retry_after is not None)
             ):
                 cause = "throttle"
-            elif failure.kind in BURST_KINDS:
+            elif burst:
                 cause = "burst"
             else:
                 return

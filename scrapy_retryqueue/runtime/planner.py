@@ -2,7 +2,7 @@
 
 The planner asks the policy table (with the request's meta overrides), gives a
 403 / 404 from a cooling domain its one probe, lets the retry hook keep,
-replace or veto a retry, and builds the task envelope to write. It counts and
+replace, veto or re-time a retry, and builds the task envelope to write. It counts and
 logs nothing itself: what a person should hear of is returned as ``notes``,
 which the reporter turns into stats and log lines.
 """
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from .. import defaults
+from .. import defaults, kinds
 from ..classify import FailureInfo
 from ..envelope import Task, request_to_json
 from ..exceptions import ConfigError, EnvelopeError
-from ..policy import Decision
+from ..policy import Decision, Policy, checked_delay
 from ..values import now_ms
 from .taskref import TaskRef, ref_of
 
@@ -113,18 +113,23 @@ class Planner:
         elif task_id is None:
             task_id = ref["id"] if ref else self.fingerprint(request)
         exhausted = False
+        if decision is None and failure.kind not in self.config.kinds:
+            failure, decision = self._undeclared(failure, attempts, notes)
         if decision is not None:
             if decision.retry:
                 decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
         else:
-            decision, exhausted = self._decide(request, failure, attempts, notes)
+            since_first = max(0, now - ref["created"]) / 1000 if ref and ref["created"] else 0.0
+            decision, exhausted, policy = self._decide(
+                request, failure, attempts, notes, since_first
+            )
             if not decision.retry:
                 decision = self._probe_permanent(request, failure, attempts, decision, notes)
             if decision.retry:
                 decision, exhausted = self._total_cap(request, attempts, decision, notes)
             if decision.retry and self.retry_hook is not None:
                 # The task keeps the failed request's id, whatever the hook returns.
-                request, decision = self._run_hook(request, decision, notes)
+                request, decision = self._run_hook(request, decision, failure, policy, notes)
         error = failure.as_dict()
         try:
             request_json = request_to_json(request, self.spider)
@@ -133,12 +138,12 @@ class Planner:
             if decision.retry:
                 # It cannot be parked, so this failure is its last one.
                 error = {
-                    "kind": defaults.UNSERIALIZABLE_KIND,
+                    "kind": kinds.UNSERIALIZABLE,
                     "type": "EnvelopeError",
                     "message": str(exc),
                 }
                 decision = Decision(
-                    defaults.UNSERIALIZABLE_KIND,
+                    kinds.UNSERIALIZABLE,
                     False,
                     0.0,
                     attempts.get(failure.kind, 0),
@@ -177,11 +182,30 @@ class Planner:
         # Half-open (the end has passed): look again once the probe had a moment.
         wait_ms = until - now if until > now else defaults.PROBE_RECHECK_MS
         wait_ms += int(self.rand.random() * min(1000, max(wait_ms // 10, 1)))
-        failure = FailureInfo(defaults.DEFERRED_KIND, "DomainCooldown", f"{domain} cools down")
+        failure = FailureInfo(kinds.DEFERRED, "DomainCooldown", f"{domain} cools down")
         decision = Decision(
-            defaults.DEFERRED_KIND, True, wait_ms / 1000, 0, f"deferred: {domain} cools down"
+            kinds.DEFERRED, True, wait_ms / 1000, 0, f"deferred: {domain} cools down"
         )
         return self.plan(request, failure, decision=decision)
+
+    def _undeclared(
+        self, failure: FailureInfo, attempts: Mapping[str, int], notes: list[Note]
+    ) -> tuple[FailureInfo, Decision]:
+        """A failure of a kind the crawl does not know (``RetryLater("typo")``): a dead
+        letter of kind unknown at once, as retrying would only meet the same bug."""
+        name = failure.kind
+        message = (
+            f"{failure.error_type} names kind {name!r}, which neither the built-in kinds nor "
+            f"RETRYQUEUE_KINDS declare (declared: {', '.join(self.config.kinds.declared) or 'none'})"
+        )
+        notes.append(
+            Note("retryqueue/undeclared_kind", f"{message}; dead-lettered as {kinds.UNKNOWN}")
+        )
+        failure = replace(failure, kind=kinds.UNKNOWN, message=f"{message}: {failure.message}")
+        decision = Decision(
+            kinds.UNKNOWN, False, 0.0, attempts.get(kinds.UNKNOWN, 0), f"{kinds.UNKNOWN}: {message}"
+        )
+        return failure, decision
 
     def _meta_overrides(self, request: Request, notes: list[Note]) -> tuple[Any, int | None]:
         meta_policy = request.meta.get(defaults.META_POLICY)
@@ -216,34 +240,47 @@ class Planner:
         failure: FailureInfo,
         attempts: dict[str, int],
         notes: list[Note],
-    ) -> tuple[Decision, bool]:
-        """The policy's decision, and whether it gave up because the budget ran out
-        (a kind its policy retries: Scrapy's ``retry/max_reached``)."""
+        since_first: float,
+    ) -> tuple[Decision, bool, Policy | None]:
+        """The policy's decision, whether it gave up because the budget ran out
+        (a kind its policy retries: Scrapy's ``retry/max_reached``), and the
+        policy it used (None for a kind no policy covers)."""
         meta_policy, max_retries = self._meta_overrides(request, notes)
         domain = urlparse_cached(request).hostname
         table = self.config.policy_table
-        try:
-            decision = table.decide(
+
+        def backoff_error(message: str) -> None:
+            notes.append(Note("retryqueue/backoff_error", message))
+
+        def decide(meta_policy: Any, max_retries: int | None) -> Decision:
+            return table.decide(
                 failure,
                 attempts,
                 domain=domain,
                 meta_policy=meta_policy,
                 meta_max_retries=max_retries,
                 rand=self.rand.random,
+                since_first=since_first,
+                url=request.url,
+                on_error=backoff_error,
             )
+
+        try:
+            decision = decide(meta_policy, max_retries)
         except ConfigError as exc:
             # Valid against the project's policy, not against the domain's one.
             notes.append(
                 Note("retryqueue/meta_error", f"{exc} (using the settings' policy instead)")
             )
             meta_policy = max_retries = None
-            decision = table.decide(failure, attempts, domain=domain, rand=self.rand.random)
-        exhausted = (
-            not decision.retry
-            and decision.kind in defaults.POLICY_KINDS
-            and table.policy_for(decision.kind, domain, meta_policy, max_retries).retry
+            decision = decide(None, None)
+        policy = (
+            table.policy_for(decision.kind, domain, meta_policy, max_retries)
+            if decision.kind in table.policies
+            else None
         )
-        return decision, exhausted
+        exhausted = not decision.retry and policy is not None and policy.retry
+        return decision, exhausted, policy
 
     def _total_cap(
         self, request: Request, attempts: dict[str, int], decision: Decision, notes: list[Note]
@@ -299,7 +336,7 @@ class Planner:
         if (
             not self.cooling
             or not self.config.cooldown_probe_permanent
-            or failure.kind not in defaults.COOLDOWN_PROBE_KINDS
+            or not self.config.kinds.has(failure.kind, "cooldown_probe")
             or attempts.get(failure.kind, 0) > 0
         ):
             return decision
@@ -318,16 +355,38 @@ class Planner:
         )
 
     def _run_hook(
-        self, request: Request, decision: Decision, notes: list[Note]
+        self,
+        request: Request,
+        decision: Decision,
+        failure: FailureInfo,
+        policy: Policy | None,
+        notes: list[Note],
     ) -> tuple[Request, Decision]:
-        """Ask RETRYQUEUE_RETRY_HOOK about a retry: keep, replace or veto it."""
+        """Ask RETRYQUEUE_RETRY_HOOK about a retry: keep, replace, veto or re-time it."""
         from scrapy import Request as ScrapyRequest
 
         assert self.retry_hook is not None
+        delay: float | None = None
         try:
             result = self.retry_hook(request, decision)
-            if result is not None and result is not False and not isinstance(result, ScrapyRequest):
-                raise TypeError(f"it returned {result!r}; expected None, False or a scrapy.Request")
+            if isinstance(result, (int, float)) and not isinstance(result, bool):
+                # Bounded as the strategy's delay is; a cooldown probe (its
+                # policy does not retry) at most by the wait it was given.
+                retried = policy is not None and policy.retry
+                ceiling = policy.max_delay if retried and policy else decision.delay
+                try:
+                    delay = checked_delay(result, max_delay=ceiling)
+                except ValueError as exc:
+                    raise TypeError(f"it returned {result!r}: {exc}") from None
+                if retried and policy is not None:
+                    delay = self.config.policy_table.bounded(delay, policy, failure.retry_after)
+            elif (
+                result is not None and result is not False and not isinstance(result, ScrapyRequest)
+            ):
+                raise TypeError(
+                    f"it returned {result!r}; expected None, False, a scrapy.Request "
+                    "or a delay in seconds"
+                )
         except Exception as exc:
             # A broken hook must not lose the request: the retry goes ahead as decided.
             notes.append(
@@ -338,12 +397,15 @@ class Planner:
                 )
             )
             return request, decision
+        if delay is not None:
+            notes.append(Note("retryqueue/hook/delayed"))
+            return request, replace(decision, delay=delay)
         if result is None:
             return request, decision
         if result is False:
             notes.append(Note("retryqueue/hook/vetoed"))
             return request, Decision(
-                defaults.VETOED_KIND,
+                kinds.VETOED,
                 False,
                 0.0,
                 decision.attempt - 1,
@@ -357,7 +419,7 @@ def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:
     """Retries a request has had, by every way it can have been retried: the queue's
     attempts (a deferral uses no budget) or Scrapy's ``retry_times`` (a callback's
     ``get_retry_request()``), whichever counted more."""
-    counted = sum(n for kind, n in attempts.items() if kind != defaults.DEFERRED_KIND)
+    counted = sum(n for kind, n in attempts.items() if kind != kinds.DEFERRED)
     scrapy_count = meta.get(defaults.SCRAPY_META_RETRY_TIMES)
     if isinstance(scrapy_count, int) and not isinstance(scrapy_count, bool):
         counted = max(counted, scrapy_count)

@@ -13,12 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import signals as rq_signals
 from ..audit import AuditLog
-from ..defaults import (
-    DEFERRED_KIND,
-    EXPECTED_DEAD_KINDS,
-    MALFORMED_KIND,
-    SCRAPY_META_GIVE_UP_LOG_LEVEL,
-)
+from ..defaults import SCRAPY_META_GIVE_UP_LOG_LEVEL
+from ..kinds import DEFERRED, MALFORMED
 from ..redact import MASK
 from ..values import now_ms
 from .outcome import Outcome
@@ -36,8 +32,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Dead letters logged at INFO: the site said so, or the project's hook did.
-_QUIET_DEAD_KINDS = frozenset(EXPECTED_DEAD_KINDS)
+#: Notes whose error line is said once per distinct message: the same bad meta
+#: value, backoff strategy or undeclared kind meets every request.
+_SAY_ONCE = frozenset(
+    {"retryqueue/meta_error", "retryqueue/backoff_error", "retryqueue/undeclared_kind"}
+)
 
 
 class Reporter:
@@ -83,8 +82,7 @@ class Reporter:
         for note in notes:
             self.count(note.stat)
             if note.error is not None and note.error not in self._errors_logged:
-                if note.stat == "retryqueue/meta_error":
-                    # The same bad meta value on every request: say it once.
+                if note.stat in _SAY_ONCE:
                     self._errors_logged.add(note.error)
                 logger.error("scrapy-retryqueue: %s", note.error)
 
@@ -95,7 +93,7 @@ class Reporter:
         url = task.url
         if outcome is Outcome.PARKED:
             self._scheduled(decision.kind)
-            if decision.kind != DEFERRED_KIND:  # a deferral is no retry of the request
+            if decision.kind != DEFERRED:  # a deferral is no retry of the request
                 self._scrapy_retry(plan.failure)
             logger.debug(
                 "scrapy-retryqueue: parked %s (%s), due in %.1fs",
@@ -185,7 +183,7 @@ class Reporter:
             + (f", {len(kept)} dropped (a dead letter of that id exists)" if kept else ""),
         )
         reason = "task id was in the due set without an envelope"
-        self.dead_without_request(MALFORMED_KIND, ghosts, reason)
+        self.dead_without_request(MALFORMED, ghosts, reason)
 
     def replayed(self, outcomes: Iterable[tuple[str, Outcome]]) -> None:
         """Spooled writes reached Redis: counted now, like writes that never waited."""
@@ -389,11 +387,13 @@ class Reporter:
             level = request.meta.get(SCRAPY_META_GIVE_UP_LOG_LEVEL)
             if level is not None:
                 return _log_level(level)
-        if self.config.give_up_log_level is not None and kind not in _QUIET_DEAD_KINDS:
+        record = self.config.kinds.get(kind)
+        # A kind whose dead letters the site or the project chose (404, a
+        # veto) keeps its own level: RETRY_GIVE_UP_LOG_LEVEL is about giving up.
+        chosen = record is not None and record.dead_log_level != "ERROR"
+        if self.config.give_up_log_level is not None and not chosen:
             return self.config.give_up_log_level
-        if kind == "forbidden":
-            return self.config.forbidden_log_level
-        return logging.INFO if kind in _QUIET_DEAD_KINDS else logging.ERROR
+        return self.config.dead_log_levels.get(kind, logging.ERROR)
 
     def _audit(self, event: str, **fields: Any) -> None:
         if self.audit is not None:

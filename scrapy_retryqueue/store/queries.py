@@ -7,7 +7,7 @@ no Scrapy here. The changes people make are :mod:`.actions`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -16,8 +16,9 @@ from sqlalchemy import Text, and_, case, cast, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..defaults import ALL_KINDS, FINAL_TASK_STATUSES, TASK_STATUSES
+from ..defaults import FINAL_TASK_STATUSES, TASK_STATUSES
 from ..exceptions import RetryQueueError
+from ..kinds import BUILTIN_TABLE
 from .models import tasks_table
 
 if TYPE_CHECKING:
@@ -188,8 +189,13 @@ class Filters:
         until: str | None = None,
         statuses: Sequence[str] = ("dead",),
         ids: Sequence[str] = (),
+        known_kinds: Collection[str] = BUILTIN_TABLE.names,
     ) -> Filters:
-        """Validate command-line values; FilterError names the bad one."""
+        """Validate command-line values; FilterError names the bad one.
+
+        *known_kinds* are the kinds --kind accepts: the built-in ones and the
+        project's own (RETRYQUEUE_KINDS, ``config.kinds_setting(settings).names``).
+        """
 
         def split(option: str, values: Sequence[str]) -> list[str]:
             return [
@@ -201,9 +207,9 @@ class Filters:
 
         kinds_ = split("--kind", kinds)
         for kind in kinds_:
-            if kind not in ALL_KINDS:
+            if kind not in known_kinds:
                 raise FilterError(
-                    f"--kind {shown(kind)} is not a kind; known: {', '.join(ALL_KINDS)}"
+                    f"--kind {shown(kind)} is not a kind; known: {', '.join(known_kinds)}"
                 )
         statuses_ = split("--status", statuses)
         if statuses_ == ["all"]:

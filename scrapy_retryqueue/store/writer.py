@@ -39,7 +39,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES, POLICY_KINDS
+from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES
+from ..kinds import BUILTIN_TABLE
 from ..values import as_text
 from .models import UTCDateTime, tasks_table
 
@@ -232,7 +233,8 @@ def _max_retries(doc: Mapping[str, Any], kind: str | None, meta: Any) -> int | N
     resolved it (the envelope's ``max_retries``). An envelope from before that
     field: the request's own budget (its meta) when it set one, else unknown."""
     budget = _budget(doc.get("max_retries"))
-    if budget is not None or kind not in POLICY_KINDS:
+    # The queue's own kinds have no budget; a project's kinds are not known here.
+    if budget is not None or (kind is not None and BUILTIN_TABLE.is_internal(kind)):
         return budget
     return _budget(meta.get(META_MAX_RETRIES)) if isinstance(meta, dict) else None
 

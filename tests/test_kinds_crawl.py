@@ -1,0 +1,198 @@
+"""A project's own kind and a backoff class of its own, in real crawls.
+
+Each crawl (tests/kinds_crawl.py, in a subprocess) runs against a small site
+served here, which records when each of its URLs was fetched, and the real
+Redis: (a) a kind ``captcha`` the project declares, met by a callback's
+``RetryLater("captcha")`` and by a status mapped to it, retried by its policy,
+counted under its name, and its dead letter exported with
+``scrapy deadletters export --kind captcha``; (b) a RETRYQUEUE_BACKOFF class
+that returns 0.7 s sets the gap between two fetches of a failing URL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import redis
+
+from scrapy_retryqueue.keys import all_keys, keys_for
+
+from .storecli import scrapy
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTCHA_PAGE = b"<html><body><form>Prove you are human</form></body></html>"
+CAPTCHA_POLICY = {
+    "retry": True,
+    "base_delay": 0.3,
+    "max_delay": 0.6,
+    "max_retries": 3,
+    "jitter": "none",
+}
+KINDS = {"captcha": CAPTCHA_POLICY}
+
+
+class Site:
+    """``/captcha/NAME?times=N`` is a captcha page N times, then a page;
+    ``/status/NAME?times=N&code=C`` answers C N times, then 200. ``hits[path]``
+    holds the time of each fetch."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                query = parse_qs(parts.query)
+                with site.lock:
+                    seen = site.hits.setdefault(parts.path, [])
+                    seen.append(time.monotonic())
+                    failing = len(seen) <= int(query.get("times", ["0"])[0])
+                status, body = 200, b"<html><body><h1>a page</h1></body></html>"
+                if failing and parts.path.startswith("/captcha/"):
+                    body = CAPTCHA_PAGE
+                elif failing and parts.path.startswith("/status/"):
+                    status, body = int(query["code"][0]), b"<html>no</html>"
+                self.send_response(status)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def gaps(self, path: str) -> list[float]:
+        times = self.hits.get(path, [])
+        return [b - a for a, b in itertools.pairwise(times)]
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    served = Site()
+    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
+    thread.start()
+    yield served
+    served.server.shutdown()
+    served.server.server_close()
+    thread.join(10)
+
+
+@pytest.fixture
+def spider(redis_url: str) -> Iterator[str]:
+    name = f"kinds{uuid.uuid4().hex[:8]}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*all_keys(keys_for(name)))
+    client.close()
+
+
+def run_crawl(spider: str, urls: list[str], settings: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    out = tmp / f"{spider}.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, str(ROOT / "tests" / "kinds_crawl.py")),
+            *(spider, json.dumps(urls), json.dumps(settings), str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    result["log"] = done.stderr
+    return result
+
+
+def test_a_declared_kind_is_retried_by_its_policy_counted_and_exported(
+    site: Site, spider: str, redis_url: str, tmp_path: Path
+) -> None:
+    database = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_DATABASE_URL": database,
+        "RETRYQUEUE_POLL_INTERVAL": 0.1,
+        "RETRYQUEUE_KINDS": KINDS,
+        "RETRYQUEUE_STATUS_KINDS": {"499": "captcha"},
+    }
+    urls = [
+        f"{site.url}/captcha/twice?times=2",
+        f"{site.url}/status/once?times=1&code=499",
+        f"{site.url}/captcha/forever?times=100",
+    ]
+    crawl = run_crawl(spider, urls, settings, tmp_path)
+
+    assert sorted(crawl["parsed"]) == sorted(urls[:2])
+    assert [e["url"] for e in crawl["errbacks"] if e["error"] != "RequestParked"] == []
+    # Retried by captcha's policy: 3 retries, 0.3 s then 0.6 s (its cap) apart.
+    assert len(site.hits["/captcha/twice"]) == 3
+    assert len(site.hits["/status/once"]) == 2
+    forever = site.gaps("/captcha/forever")
+    assert len(forever) == 3, forever
+    for gap, planned in zip(forever, (0.3, 0.6, 0.6), strict=True):
+        assert planned - 0.02 <= gap < planned + 3.0, forever
+    stats = crawl["stats"]
+    assert stats["retryqueue/scheduled/captcha"] == 2 + 1 + 3
+    # A re-fetch the site answers counts as recovered (docs/stats.md), as for
+    # parse: each one after a captcha (2 + 1 + 3), before its callback ran.
+    assert stats["retryqueue/recovered/captcha"] == 6
+    assert stats["retryqueue/dead/captcha"] == 1
+    assert "retryqueue/scheduled/parse" not in stats
+    assert "retryqueue/undeclared_kind" not in stats
+    assert "captcha" in crawl["log"]  # the end-of-crawl table of retries by kind
+
+    cli = {
+        "RETRYQUEUE_DATABASE_URL": database,
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_KINDS": json.dumps(KINDS),
+    }
+    args = ("deadletters", "export", "--format", "jsonl", "--spider", spider)
+    done = scrapy(*args, "--kind", "captcha", cwd=tmp_path, settings=cli)
+    assert done.code == 0, done.err
+    [row] = [json.loads(line) for line in done.out.splitlines()]
+    assert (row["kind"], row["url"], row["status"]) == ("captcha", urls[2], "dead")
+    assert row["attempts"] == {"captcha": 3}
+    # A project that does not declare the kind cannot filter on it.
+    refused = scrapy(
+        *args, "--kind", "captcha", cwd=tmp_path, settings={**cli, "RETRYQUEUE_KINDS": "{}"}
+    )
+    assert refused.code != 0 and "--kind 'captcha' is not a kind" in refused.err
+
+
+def test_a_backoff_class_of_the_project_sets_the_gap_between_attempts(
+    site: Site, spider: str, redis_url: str, tmp_path: Path
+) -> None:
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "RETRYQUEUE_POLL_INTERVAL": 0.1,
+        "RETRYQUEUE_BACKOFF": "__main__.ConstantBackoff",
+    }
+    url = f"{site.url}/status/flaky?times=2&code=500"
+    crawl = run_crawl(spider, [url], settings, tmp_path)
+
+    assert crawl["parsed"] == [url]
+    gaps = site.gaps("/status/flaky")
+    assert len(gaps) == 2, gaps
+    # server_error's own backoff would wait 5 to 10 s before the first retry.
+    for gap in gaps:
+        assert 0.69 <= gap < 4.0, gaps
+    assert crawl["stats"]["retryqueue/scheduled/server_error"] == 2
+    assert crawl["stats"]["retryqueue/recovered"] == 1
+    assert "RETRYQUEUE_BACKOFF" not in crawl["log"]  # no error line about the strategy
