@@ -167,6 +167,7 @@ class Planner:
             updated=now,
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
+            max_retries=self._budget(request, decision.kind),
         )
         return Plan(decision, failure, task, ref, now, request, notes, exhausted)
 
@@ -182,6 +183,19 @@ class Planner:
             defaults.DEFERRED_KIND, True, wait_ms / 1000, 0, f"deferred: {domain} cools down"
         )
         return self.plan(request, failure, decision=decision)
+
+    def _budget(self, request: Request, kind: str) -> int | None:
+        """The resolved max_retries of *kind* for *request* (its domain's and meta's
+        overrides applied), kept in the envelope; None for a kind no policy covers."""
+        if kind not in defaults.POLICY_KINDS:
+            return None
+        domain = urlparse_cached(request).hostname
+        table = self.config.policy_table
+        meta_policy, max_retries = self._meta_overrides(request, [])
+        try:
+            return table.policy_for(kind, domain, meta_policy, max_retries).max_retries
+        except ConfigError:  # a bad meta override: the decision used the settings too
+            return table.policy_for(kind, domain).max_retries
 
     def _meta_overrides(self, request: Request, notes: list[Note]) -> tuple[Any, int | None]:
         meta_policy = request.meta.get(defaults.META_POLICY)
