@@ -449,7 +449,13 @@ def test_ack_removes_task_everywhere_and_records_success(
     assert claim_ids(queue, now=0, limit=1, lease_until=100, token="t1") == ["a"]
     queue.reap(now=100, limit=10, max_reclaims=5)  # leaves a reclaim count behind
     assert claim_ids(queue, now=200, limit=1, lease_until=300, token="t2") == ["a"]
-    assert where(redis_client, queue.keys, "a") == {"leased", "tasks", "taskinfo", "owners", "reclaims"}
+    assert where(redis_client, queue.keys, "a") == {
+        "leased",
+        "tasks",
+        "taskinfo",
+        "owners",
+        "reclaims",
+    }
 
     assert queue.ack("a", "t2", now=250, kind="timeout", url="https://Example.com:8080/a") is True
 
