@@ -98,6 +98,7 @@ TYPES: dict[str, EventType] = {
 
 #: Fields that hold a whole number; an empty value means "not known".
 INTEGER_FIELDS = frozenset({TS, DUE, ATTEMPT, RECLAIMS, WAIT, UNTIL, LEVEL})
+_INTEGER_ORDER = tuple(sorted(INTEGER_FIELDS))
 #: Types that are about one task (all but ``domain``).
 TASK_TYPES = frozenset(name for name, t in TYPES.items() if DOMAIN_NAME not in t.required)
 
@@ -258,9 +259,11 @@ def parse_entry(entry_id: Any, fields: Any) -> list[Parsed]:
     missing = [name for name in kind.required if name not in decoded]
     if missing:
         return [MalformedEvent(stream_id, f"{kind.name} event without {', '.join(missing)}")]
-    for name in INTEGER_FIELDS.intersection(decoded):
-        value = decoded[name]
-        if value and _int(value) is None:
+    for name in _INTEGER_ORDER:
+        value = decoded.get(name)
+        # The common case skips int(): ASCII digits, not too many of them.
+        plain = value and value.isascii() and value.isdigit() and len(value) <= _INT_DIGITS
+        if value and not plain and _int(value) is None:
             return [MalformedEvent(stream_id, f"field {name!r} is not a whole number")]
     if kind.name == CLAIMED:
         ids = decoded[IDS].split()
