@@ -29,6 +29,9 @@ from pathlib import Path
 
 import redis
 
+from scrapy_retryqueue import events
+from scrapy_retryqueue.keys import keys_for
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"
 sys.path.insert(0, str(PROJECT))
@@ -161,12 +164,13 @@ def run(pages: int, nodes: int, redis_url: str, *, kill: bool, workdir: Path) ->
     lost = len(scenarios) - len(answered)
     settled: set[str] = set()
     scheduled: set[str] = set()
-    for _, fields in client.xrange(f"retryqueue:{{{spider}}}:events"):
-        kind, task_id = fields[b"type"], fields[b"id"]
-        if kind == b"scheduled":
-            scheduled.add(task_id)
-        elif kind in (b"succeeded", b"dead"):
-            settled.add(task_id)
+    for event in events.parse_entries(client.xrange(keys_for(spider).events)):
+        if isinstance(event, events.MalformedEvent):
+            continue
+        if event.type == events.SCHEDULED:
+            scheduled.add(event.task_id)
+        elif event.type in (events.SUCCEEDED, events.DEAD):
+            settled.add(event.task_id)
     lost_retries = len(scheduled - settled)
     client.delete(
         *client.keys(f"retryqueue:{{{spider}}}:*"), f"{spider}:requests", f"{spider}:dupefilter"

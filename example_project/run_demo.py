@@ -44,6 +44,7 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
     os.chdir(HERE)
     from scrapy.utils.project import get_project_settings
 
+    from scrapy_retryqueue import events
     from scrapy_retryqueue.config import load_config
     from scrapy_retryqueue.connection import client_for, embedded_dir
     from scrapy_retryqueue.keys import keys_for
@@ -55,15 +56,16 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
     dead: collections.Counter[str] = collections.Counter()
     retried: set[str] = set()
     recovered: set[str] = set()
-    for _, fields in client.xrange(keys.events, min=f"{since_ms}-0"):
-        event = {k.decode(): v.decode() for k, v in fields.items()}
-        if event["type"] == "scheduled":
-            scheduled[event["kind"]] += 1
-            retried.add(event["url"])
-        elif event["type"] == "dead":
-            dead[event["kind"]] += 1
-        elif event["type"] == "succeeded":
-            recovered.add(event["url"])
+    for event in events.parse_entries(client.xrange(keys.events, min=f"{since_ms}-0")):
+        if isinstance(event, events.MalformedEvent):
+            continue
+        if event.type == events.SCHEDULED:
+            scheduled[event.kind] += 1
+            retried.add(event.url)
+        elif event.type == events.DEAD:
+            dead[event.kind] += 1
+        elif event.type == events.SUCCEEDED:
+            recovered.add(event.url)
     parsed = [json.loads(line)["url"] for line in items_path.read_text().splitlines() if line]
     pending = client.zcard(keys.due) + client.zcard(keys.leased)
 

@@ -14,6 +14,8 @@ Like queue.py, blocking calls; the Scrapy glue runs them off the reactor thread.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,36 @@ from .values import as_text
 DOMAIN_SCRIPT_NAMES = ("domain_fail", "domain_ok")
 #: What can put a domain in cooldown: a throttling answer or a burst of failures.
 CAUSES = ("throttle", "burst")
+
+
+#: A domain's state in the domains hash, as domain_fail.lua writes it: plain
+#: words, so that no script parses JSON text.
+_STATE = re.compile(r"([a-z]+) (-?\d{1,19}) (-?\d{1,19}) (-?\d{1,19}) (.*)", re.S)
+
+
+def parse_state(raw: Any) -> dict[str, Any] | None:
+    """A domain's stored state as ``{state, until, level, since, reason}``; None
+    when it is neither this version's ``"<state> <until ms> <level> <since ms>
+    <reason>"`` nor an older version's JSON object (read from Redis: may be anything)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if not isinstance(raw, str):
+        return None
+    match = _STATE.fullmatch(raw)
+    if match is not None:
+        state, until, level, since, reason = match.groups()
+        return {
+            "state": state,
+            "until": int(until),
+            "level": int(level),
+            "since": int(since),
+            "reason": reason,
+        }
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
+        return None
+    return dict(doc) if isinstance(doc, dict) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,10 @@ class Task:
     due: int = 0
     #: Set on dead letters only: the kind they died of.
     dead_kind: str | None = None
+    #: The resolved retry budget (max_retries) of the kind that failed last, for
+    #: this request (its domain's and meta's overrides applied); None when no
+    #: policy covers the kind, or for an envelope written before it was kept.
+    max_retries: int | None = None
 
     @property
     def url(self) -> str:
@@ -81,6 +85,8 @@ class Task:
             "due": self.due,
             "request": self.request,
         }
+        if self.max_retries is not None:
+            doc["max_retries"] = self.max_retries
         if self.dead_kind is not None:
             doc["dead_kind"] = self.dead_kind
         return _dumps(doc)
@@ -130,9 +136,18 @@ def task_from_json(raw: str | bytes) -> Task:
             updated=int(doc.get("updated", 0)),
             due=int(doc.get("due", 0)),
             dead_kind=doc.get("dead_kind"),
+            max_retries=_budget(doc.get("max_retries")),
         )
     except (TypeError, ValueError) as exc:
         raise EnvelopeError(f"envelope has a field of the wrong type: {exc}") from None
+
+
+def _budget(value: Any) -> int | None:
+    # Lenient: an older envelope has none, and a wrong one must not make the
+    # task malformed (only the store shows it).
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def check_json(value: Any, path: str) -> Any:

@@ -37,7 +37,13 @@ class Keys:
     deadtasks: str
     #: STREAM lifecycle events
     events: str
-    #: HASH domain -> JSON state of a domain cooling down (per-domain cooldowns)
+    #: HASH task id -> "<created ms> <host> <url>" of live tasks: what a script
+    #: needs of a task, kept beside its envelope so that no script parses it
+    taskinfo: str
+    #: HASH task id -> kind a dead letter died of (beside its envelope in deadtasks)
+    deadkinds: str
+    #: HASH domain -> "<state> <until ms> <level> <since ms> <reason>" of a domain
+    #: cooling down (per-domain cooldowns)
     domains: str
     #: ZSET domain -> end of its cooldown (ms), the domains whose retries wait
     cooling: str
@@ -77,6 +83,8 @@ def keys_for(spider: str) -> Keys:
         dead=f"{base}:dead",
         deadtasks=f"{base}:deadtasks",
         events=f"{base}:events",
+        taskinfo=f"{base}:taskinfo",
+        deadkinds=f"{base}:deadkinds",
         domains=f"{base}:domains",
         cooling=f"{base}:cooling",
         bursts=f"{base}:bursts",
@@ -95,6 +103,8 @@ def all_keys(keys: Keys) -> list[str]:
         keys.dead,
         keys.deadtasks,
         keys.events,
+        keys.taskinfo,
+        keys.deadkinds,
         keys.domains,
         keys.cooling,
         keys.bursts,

@@ -10,6 +10,7 @@ off the reactor thread.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,6 +19,7 @@ from typing import Any
 
 import redis
 
+from . import kinds
 from .defaults import (
     DEAD_LETTERS_LIMIT,
     ENVELOPE_VERSION,
@@ -27,6 +29,7 @@ from .defaults import (
 )
 from .envelope import Task
 from .keys import Keys, keys_for
+from .taskinfo import host_of, taskinfo_value
 from .values import as_text
 
 SCRIPT_NAMES = (
@@ -64,6 +67,11 @@ class Write:
     kind: str = ""
     attempt: int = 0
     url: str = ""
+    #: When the task was created (its first failure, ms); None when not known.
+    #: Kept in taskinfo (schedule, reschedule); an ack's wait is counted from it.
+    created: int | None = None
+    #: The request's host (:func:`~.taskinfo.host_of`): taskinfo, an ack's domain.
+    host: str = ""
 
     @classmethod
     def for_task(cls, op: str, task: Task, token: str | None, now: int) -> Write:
@@ -78,6 +86,8 @@ class Write:
             kind=kind,
             attempt=task.attempts.get(task.kind, 0),
             url=task.url,
+            created=task.created,
+            host=host_of(task.url),
         )
 
 
@@ -111,6 +121,19 @@ def envelope_text(raw: Any) -> str | bytes:
         except UnicodeDecodeError:
             return raw
     return str(raw)
+
+
+def envelope_url(raw: Any) -> str:
+    """The request URL of a stored envelope, ``""`` when it cannot be read."""
+    if raw is None:
+        return ""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+        return ""
+    request = doc.get("request") if isinstance(doc, dict) else None
+    url = request.get("url") if isinstance(request, dict) else None
+    return url if isinstance(url, str) else ""
 
 
 @dataclass(slots=True)
@@ -187,21 +210,25 @@ class RedisDelayedQueue:
         if op == "schedule":
             for w in chunk:
                 args += [wire_id(w.task_id), w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
-            return [k.due, k.leased, k.tasks, k.events], args
+                args.append(taskinfo_value(w.created, w.host, w.url))
+            return [k.due, k.leased, k.tasks, k.events, k.taskinfo], args
         if op == "reschedule":
             for w in chunk:
                 args += [wire_id(w.task_id), w.token, w.envelope, w.due, w.now, w.kind]
-                args += [w.attempt, w.url]
-            return [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events], args
+                args += [w.attempt, w.url, taskinfo_value(w.created, w.host, w.url)]
+            return [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo], args
         if op == "ack":
             for w in chunk:
-                args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url]
-            return [k.leased, k.tasks, k.owners, k.reclaims, k.events], args
+                # The outcome learned from: how long the task took to recover, where.
+                created = w.created
+                wait = max(0, w.now - created) if isinstance(created, int) and created > 0 else ""
+                args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url, wait, w.host]
+            return [k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo], args
         if op == "deadletter":
             for w in chunk:
                 args += [wire_id(w.task_id), w.token or "", w.envelope, w.now, w.kind, w.url]
             keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events]
-            return keys, args
+            return [*keys, k.taskinfo, k.deadkinds], args
         raise ValueError(f"unknown queue write {op!r}")
 
     def schedule(self, task: Task, *, now: int) -> bool:
@@ -211,8 +238,20 @@ class RedisDelayedQueue:
     def reschedule(self, task: Task, token: str, *, now: int) -> bool:
         return self.apply([Write.for_task("reschedule", task, token, now)])[0]
 
-    def ack(self, task_id: str, token: str, *, now: int, kind: str = "", url: str = "") -> bool:
-        return self.apply([Write("ack", task_id, now, token, kind=kind, url=url)])[0]
+    def ack(
+        self,
+        task_id: str,
+        token: str,
+        *,
+        now: int,
+        kind: str = "",
+        url: str = "",
+        created: int | None = None,
+    ) -> bool:
+        write = Write(
+            "ack", task_id, now, token, kind=kind, url=url, created=created, host=host_of(url)
+        )
+        return self.apply([write])[0]
 
     def deadletter(self, task: Task, token: str | None, *, now: int) -> bool:
         """Keep *task* as a dead letter; *token* None for a request never parked."""
@@ -246,11 +285,12 @@ class RedisDelayedQueue:
             "claim",
             [
                 *(k.due, k.leased, k.tasks, k.owners, k.events, k.cooling, k.probes),
-                *(k.dead, k.deadtasks, k.reclaims),
+                *(k.dead, k.deadtasks, k.reclaims, k.taskinfo, k.deadkinds),
             ],
             [
                 *(now, limit, lease_until, token, self.node_id, self.events_maxlen),
                 *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms, ENVELOPE_VERSION),
+                *(kinds.RATE_LIMITED, kinds.MALFORMED),
             ],
         )
         pairs = raw[5:]
@@ -281,8 +321,11 @@ class RedisDelayedQueue:
         k = self.keys
         reclaimed, poisoned = self._run(
             "reap",
-            [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events],
-            [now, limit, max_reclaims, self.events_maxlen, self.node_id],
+            [
+                *(k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events),
+                *(k.taskinfo, k.deadkinds),
+            ],
+            [now, limit, max_reclaims, self.events_maxlen, self.node_id, kinds.POISON],
         )
         return [task_id_text(x) for x in reclaimed], [task_id_text(x) for x in poisoned]
 
@@ -331,21 +374,30 @@ class RedisDelayedQueue:
     def retry_now(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
         """Make waiting tasks due at *now*; True for each that was waiting."""
         k = self.keys
-        return self._per_id("retry_now", [k.due, k.tasks, k.events], task_ids, now)
-
-    def cancel(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
-        """Remove live tasks (waiting or leased) for good; True for each that was live."""
-        k = self.keys
-        keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events]
-        return self._per_id("cancel", keys, task_ids, now)
-
-    def _per_id(self, name: str, keys: list[str], task_ids: Sequence[str], now: int) -> list[bool]:
-        """Run script *name* over *task_ids*, ``QUEUE_BATCH`` per call; True for each changed."""
         ids = list(task_ids)
         results: list[bool] = []
         for start in range(0, len(ids), QUEUE_BATCH):
             args = [self.node_id, self.events_maxlen, now, *ids[start : start + QUEUE_BATCH]]
-            results += [bool(x) for x in self._run(name, keys, args)]
+            results += [bool(x) for x in self._run("retry_now", [k.due, k.tasks, k.events], args)]
+        return results
+
+    def cancel(self, task_ids: Sequence[str], *, now: int) -> list[bool]:
+        """Remove live tasks (waiting or leased) for good; True for each that was live.
+
+        Each one's ``cancelled`` event names its URL, read here from its envelope
+        (no script parses one); a task whose envelope is unreadable gets ``""``.
+        """
+        k = self.keys
+        keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo]
+        ids = list(task_ids)
+        results: list[bool] = []
+        for start in range(0, len(ids), QUEUE_BATCH):
+            chunk = ids[start : start + QUEUE_BATCH]
+            raws = self.client.hmget(k.tasks, chunk) if chunk else []
+            args: list[Any] = [self.node_id, self.events_maxlen, now]
+            for task_id, raw in zip(chunk, raws, strict=True):
+                args += [task_id, envelope_url(raw)]
+            results += [bool(x) for x in self._run("cancel", keys, args)]
         return results
 
     def heartbeat(self, *, now: int, last_busy: int) -> dict[str, tuple[int, int]]:

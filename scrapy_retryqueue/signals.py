@@ -31,7 +31,10 @@ retryqueue_scheduled = object()
 
 #: A re-injected request downloaded without a failure status: its task is done.
 #: Arguments: ``request``, ``task_id``, ``kind`` (the kind of its last failure),
-#: ``attempts`` (dict kind -> retries used), ``spider``.
+#: ``attempts`` (dict kind -> retries used), ``wait_ms`` (ms from the task's first
+#: failure to this success; None when not known, for a task an older version
+#: parked), ``domain`` (the request's host, lower case; ``""`` when it has none),
+#: ``outcome``, ``spider``.
 retryqueue_recovered = object()
 
 #: A task became a dead letter.

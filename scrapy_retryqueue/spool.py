@@ -38,14 +38,30 @@ def _to_line(write: Write) -> str:
             write.kind,
             write.attempt,
             write.url,
+            write.created,
+            write.host,
         ],
         separators=(",", ":"),
     )
 
 
 def _from_line(line: str) -> Write:
-    op, task_id, now, token, envelope, due, kind, attempt, url = json.loads(line)
-    return Write(op, task_id, int(now), token, envelope, int(due), kind, int(attempt), url)
+    op, task_id, now, token, envelope, due, kind, attempt, url, *more = json.loads(line)
+    # A line spooled by an older version has no creation time and host.
+    created, host = (more + [None, ""])[:2]
+    return Write(
+        op,
+        task_id,
+        int(now),
+        token,
+        envelope,
+        int(due),
+        kind,
+        int(attempt),
+        url,
+        created if isinstance(created, int) else None,
+        host if isinstance(host, str) else "",
+    )
 
 
 class SpoolFull(RetryQueueError):

@@ -7,7 +7,6 @@ writes are :mod:`scrapy_retryqueue.queue`'s (and the store writer's).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,8 @@ from typing import Any
 import redis
 
 from .defaults import STORE_CONSUMER_GROUP
+from .domains import parse_state
+from .events import Event, entry_ms, entry_type, parse_entries
 from .keys import all_keys, keys_for, lease_owner, scan_pattern, spider_of
 from .values import as_text
 
@@ -102,11 +103,7 @@ def _cooling(cooling: list[tuple[Any, float]], states: dict[Any, Any]) -> list[d
     out = []
     for raw_domain, until in cooling:
         domain = as_text(raw_domain)
-        raw = states.get(raw_domain) or states.get(domain)
-        try:
-            state = json.loads(raw) if raw else {}
-        except ValueError:
-            state = {}
+        state = parse_state(states.get(raw_domain) or states.get(domain)) or {}
         out.append(
             {
                 "domain": domain,
@@ -151,15 +148,12 @@ def task_place(client: Any, spider: str, task_id: str) -> TaskPlace:
     )
 
 
-def _entry_ms(entry_id: Any) -> int:
-    return int(as_text(entry_id).partition("-")[0])
-
-
 def event_types_since(
     client: Any, spider: str, since_ms: int, *, limit: int
 ) -> tuple[list[tuple[int, str]], bool]:
     """(time in ms, type) of the spider's events from *since_ms* on, oldest first, at
-    most about *limit* of them; and whether *limit* cut the list short."""
+    most about *limit* of them; and whether *limit* cut the list short. An entry
+    of no known type has the type ``""``."""
     key = keys_for(spider).events
     out: list[tuple[int, str]] = []
     cursor = f"{since_ms}-0"
@@ -169,7 +163,7 @@ def event_types_since(
         if not entries:
             return out, False
         for entry_id, fields in entries:
-            out.append((_entry_ms(entry_id), as_text(fields.get(b"type", fields.get("type", "")))))
+            out.append((entry_ms(entry_id), entry_type(fields)))
         read += len(entries)
         cursor = "(" + as_text(entries[-1][0])
         if len(entries) < _PAGE:
@@ -177,13 +171,12 @@ def event_types_since(
     return out, True
 
 
-def task_events(
-    client: Any, spider: str, task_id: str, *, scan: int
-) -> list[tuple[int, dict[str, str]]]:
-    """(time in ms, fields) of one task's events among the newest *scan* of its
-    spider, oldest first. A claim's event lists several tasks in ``ids``."""
+def task_events(client: Any, spider: str, task_id: str, *, scan: int) -> list[tuple[int, Event]]:
+    """(time in ms, event) of one task's events among the newest *scan* of its
+    spider, oldest first (a claim's entry lists several tasks: its event for
+    this one). Entries that are no event this version reads are left out."""
     key = keys_for(spider).events
-    out: list[tuple[int, dict[str, str]]] = []
+    out: list[tuple[int, Event]] = []
     cursor = "+"
     scanned = 0
     page = 2000
@@ -191,11 +184,9 @@ def task_events(
         entries = client.xrevrange(key, max=cursor, min="-", count=page)
         if not entries:
             break
-        for entry_id, raw in entries:
-            fields = {as_text(k): as_text(v) for k, v in raw.items()}
-            ids = fields.get("ids", "").split() if "ids" in fields else [fields.get("id")]
-            if task_id in ids:
-                out.append((_entry_ms(entry_id), fields))
+        for parsed in parse_entries(entries):
+            if isinstance(parsed, Event) and parsed.task_id == task_id:
+                out.append((entry_ms(parsed.stream_id), parsed))
         scanned += len(entries)
         cursor = "(" + as_text(entries[-1][0])
         if len(entries) < page:

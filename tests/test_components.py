@@ -44,6 +44,7 @@ from scrapy_retryqueue import (
     RetryQueueMiddleware,
     RetryQueueSpiderMiddleware,
 )
+from scrapy_retryqueue import signals as rq_signals
 from scrapy_retryqueue.keys import keys_for
 
 from .reactorthread import ReactorThread
@@ -359,14 +360,22 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
 ) -> None:
     running = open_components(RETRYQUEUE_POLICIES={"server_error": FAST})
+    recovered: list[dict[str, Any]] = []
+    running.crawler.signals.connect(
+        lambda **kw: recovered.append(kw), signal=rq_signals.retryqueue_recovered, weak=False
+    )
     with pytest.raises(RequestParked) as parked:
         running.response(Request(PAGE), 503)
+    keys = keys_for(spider_name)
+    task_id = parked.value.task_id
+    envelope = json.loads(redis_client.hget(keys.tasks, task_id))
+    # The resolved budget of the kind that failed travels with the task.
+    assert envelope["max_retries"] == 5
     wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
     (again,) = running.engine.crawled
     assert again.url == PAGE
     assert again.dont_filter  # the dupefilter saw this URL already
     running.wait_stat("retryqueue/reinjected", 1)
-    keys = keys_for(spider_name)
     assert redis_client.zscore(keys.leased, parked.value.task_id) is not None
     # The retry succeeds: its task is done and leaves Redis.
     assert running.response(again, 200).status == 200
@@ -377,6 +386,14 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
         timeout=10,
     )
     assert redis_client.zcard(keys.due) == redis_client.zcard(keys.leased) == 0
+    assert not redis_client.hexists(keys.taskinfo, task_id)
+    # What a learning backoff needs: how long it took since the first failure, and where.
+    [signal] = recovered
+    assert signal["domain"] == "shop.test"
+    assert 0 <= signal["wait_ms"] < 10_000
+    [succeeded] = [f for _, f in redis_client.xrange(keys.events) if f[b"type"] == b"succeeded"]
+    assert succeeded[b"domain"] == b"shop.test"
+    assert int(succeeded[b"wait"]) == signal["wait_ms"]
 
 
 def _idle(running: Running) -> str:

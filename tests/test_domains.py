@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.domains import DomainCooldowns
+from scrapy_retryqueue.domains import DomainCooldowns, parse_state
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.values import as_text
@@ -37,7 +37,7 @@ def domains(redis_client: redis.Redis, spider_name: str) -> DomainCooldowns:
 def states(domains: DomainCooldowns) -> dict[str, dict[str, Any]]:
     """Every domain with a state: domain -> {state, until, level, reason, since}."""
     return {
-        as_text(domain): json.loads(as_text(raw))
+        as_text(domain): parse_state(raw)
         for domain, raw in domains.client.hgetall(domains.keys.domains).items()
     }
 
@@ -221,10 +221,43 @@ def test_an_expired_probe_lease_lets_another_probe_through(
     assert claim(queue, later) == ["hot1"]
 
 
-def test_domain_state_is_json_with_every_field(domains: DomainCooldowns) -> None:
-    fail(domains, "shop.test", 0, reason="rate_limited: HTTP 429")
-    raw = domains.client.hget(domains.keys.domains, "shop.test")
-    assert set(json.loads(raw)) == {"state", "until", "level", "reason", "since"}
+def test_domain_state_is_plain_words_with_every_field(domains: DomainCooldowns) -> None:
+    # Not JSON: no script parses JSON text.
+    fail(domains, "shop.test", 5, reason="rate_limited: HTTP 429 (twice)")
+    raw = as_text(domains.client.hget(domains.keys.domains, "shop.test"))
+    assert raw == f"cooling {5 + BASE} 0 5 rate_limited: HTTP 429 (twice)"
+    assert parse_state(raw) == {
+        "state": "cooling",
+        "until": 5 + BASE,
+        "level": 0,
+        "since": 5,
+        "reason": "rate_limited: HTTP 429 (twice)",
+    }
+
+
+def test_a_state_an_older_version_wrote_as_json_still_cools_and_reopens(
+    domains: DomainCooldowns,
+) -> None:
+    k = domains.keys
+    old = {"state": "cooling", "until": BASE, "level": 2, "reason": "x", "since": 0}
+    domains.client.hset(k.domains, "shop.test", json.dumps(old))
+    domains.client.zadd(k.cooling, {"shop.test": BASE})
+    assert states(domains)["shop.test"] == old  # people's views read it too
+    # Still cooling: a failure in flight does not trip it again.
+    assert fail(domains, "shop.test", BASE - 5_000).changed is False
+    assert domains.ok("shop.test", now=BASE - 1).changed is False
+    # Once its end has passed, a success reopens it.
+    assert domains.ok("shop.test", now=BASE + 1).changed is True
+    assert states(domains) == {}
+    assert domains.cooling() == {}
+
+
+@pytest.mark.parametrize("raw", ["", "cooling", "{", "cooling x 0 0 r", "\xff", "[[[[[[[["])
+def test_an_unreadable_state_is_none(raw: str) -> None:
+    assert parse_state(raw) is None
+    assert parse_state(raw.encode("latin-1")) is None
+    assert parse_state("[" * 100_000) is None
+    assert parse_state(None) is None
 
 
 def test_a_task_that_would_wait_too_long_is_a_rate_limited_dead_letter(
@@ -251,7 +284,10 @@ def test_a_task_that_would_wait_too_long_is_a_rate_limited_dead_letter(
     k = queue.keys
     # old: created at 0, would wait until 110 s > 60 s: dead, kind rate_limited.
     assert redis_client.zscore(k.dead, "old") == 100_500
-    assert json.loads(redis_client.hget(k.deadtasks, "old"))["dead_kind"] == "rate_limited"
+    # The envelope as it was (no script edits its JSON); the kind it died of beside it.
+    assert redis_client.hget(k.deadtasks, "old") == old.to_json().encode()
+    assert redis_client.hget(k.deadkinds, "old") == b"rate_limited"
+    assert redis_client.hget(k.taskinfo, "old") is None
     assert redis_client.hget(k.tasks, "old") is None
     assert redis_client.zscore(k.due, "old") is None
     assert redis_client.hget(k.reclaims, "old") is None
@@ -281,3 +317,49 @@ def test_no_wait_limit_by_default(
     fail(domains, "shop.test", 10_000_000)
     assert claim(queue, 10_000_001) == []
     assert queue.client.zscore(queue.keys.due, "old") == 10_000_000 + BASE
+
+
+def test_a_task_an_older_version_parked_is_claimed_without_cooldown_or_wait_limit(
+    queue: RedisDelayedQueue,
+    domains: DomainCooldowns,
+    redis_client: redis.Redis,
+    make_task: MakeTask,
+) -> None:
+    # Parked before taskinfo existed: its host and creation time are in its
+    # envelope only, which no script reads; so no cooldown holds it.
+    queue.schedule(make_task("old", url="http://shop.test/old", due=0, created=0), now=0)
+    queue.schedule(make_task("new", url="http://shop.test/new", due=0, created=0), now=0)
+    redis_client.hdel(queue.keys.taskinfo, "old")
+    fail(domains, "shop.test", 100_000)
+    claimed = queue.claim(
+        now=100_500,
+        limit=10,
+        lease_until=100_500 + LEASE,
+        token="t",
+        cooldowns=True,
+        deferral_max_wait_ms=60_000,
+    )
+    assert [task_id for task_id, _ in claimed.tasks] == ["old"]
+    # The new one waited too long: a rate_limited dead letter, as before.
+    assert redis_client.hget(queue.keys.deadkinds, "new") == b"rate_limited"
+
+
+def test_a_task_without_a_creation_time_waits_with_no_limit(
+    queue: RedisDelayedQueue,
+    domains: DomainCooldowns,
+    redis_client: redis.Redis,
+    make_task: MakeTask,
+) -> None:
+    queue.schedule(make_task("t", url="http://shop.test/t", due=0, created=0), now=0)
+    redis_client.hset(queue.keys.taskinfo, "t", " shop.test http://shop.test/t")
+    fail(domains, "shop.test", 100_000)
+    claimed = queue.claim(
+        now=100_500,
+        limit=10,
+        lease_until=100_500 + LEASE,
+        token="t",
+        cooldowns=True,
+        deferral_max_wait_ms=60_000,
+    )
+    assert claimed.tasks == []
+    assert redis_client.zscore(queue.keys.due, "t") == 100_000 + BASE

@@ -91,6 +91,19 @@ def test_task_round_trip_from_bytes_and_dead_kind():
     assert task_from_json(raw) == task
 
 
+def test_the_resolved_budget_travels_in_the_envelope_and_older_ones_have_none():
+    task = _task(max_retries=4)
+    doc = json.loads(task.to_json())
+    assert doc["max_retries"] == 4
+    assert task_from_json(task.to_json()) == task
+    del doc["max_retries"]  # an envelope written before the field existed
+    assert task_from_json(json.dumps(doc)).max_retries is None
+    assert "max_retries" not in json.loads(_task().to_json())
+    for wrong in ("4", -1, True, 2.5, None, [4]):
+        # Only the store shows it: a wrong one is not worth a malformed task.
+        assert task_from_json(json.dumps({**doc, "max_retries": wrong})).max_retries is None
+
+
 def test_task_json_layout():
     doc = json.loads(_task().to_json())
     assert doc["v"] == ENVELOPE_VERSION

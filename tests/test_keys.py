@@ -29,6 +29,8 @@ def test_key_names():
     assert keys.dead == "retryqueue:{quotes}:dead"
     assert keys.deadtasks == "retryqueue:{quotes}:deadtasks"
     assert keys.events == "retryqueue:{quotes}:events"
+    assert keys.taskinfo == "retryqueue:{quotes}:taskinfo"
+    assert keys.deadkinds == "retryqueue:{quotes}:deadkinds"
     assert keys.domains == "retryqueue:{quotes}:domains"
     assert keys.cooling == "retryqueue:{quotes}:cooling"
     assert keys.bursts == "retryqueue:{quotes}:bursts"
@@ -40,7 +42,7 @@ def test_all_keys_lists_every_key_once():
     listed = all_keys(keys)
     fields = [v for k, v in ((f, getattr(keys, f)) for f in keys.__slots__) if k != "spider"]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 13
+    assert len(set(listed)) == len(listed) == 15
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])

@@ -68,7 +68,7 @@ def where(client: redis.Redis, keys: Keys, task_id: str) -> set[str]:
     for name in ("due", "leased", "dead"):
         if client.zscore(getattr(keys, name), task_id) is not None:
             found.add(name)
-    for name in ("tasks", "owners", "reclaims", "deadtasks"):
+    for name in ("tasks", "taskinfo", "owners", "reclaims", "deadtasks", "deadkinds"):
         if client.hexists(getattr(keys, name), task_id):
             found.add(name)
     return found
@@ -93,7 +93,7 @@ def test_schedule_parks_task_in_due_with_envelope_and_event(
     assert redis_client.zscore(k.due, "a") == 5_000
     assert hget(redis_client, k.tasks, "a") == task.to_json()
     assert queue.get_task("a") == task.to_json()
-    assert where(redis_client, k, "a") == {"due", "tasks"}
+    assert where(redis_client, k, "a") == {"due", "tasks", "taskinfo"}
     assert events(redis_client, k) == [
         {
             "type": "scheduled",
@@ -160,7 +160,7 @@ def test_claim_takes_due_tasks_in_due_order_up_to_limit(
     for task_id in "abc":
         assert redis_client.zscore(k.leased, task_id) == 400 + LEASE
         assert hget(redis_client, k.owners, task_id) == "tok"
-        assert where(redis_client, k, task_id) == {"leased", "tasks", "owners"}
+        assert where(redis_client, k, task_id) == {"leased", "tasks", "taskinfo", "owners"}
     claimed_events = [e for e in events(redis_client, k) if e["type"] == "claimed"]
     # One event for the whole batch, listing its ids.
     assert claimed_events == [{"type": "claimed", "ids": "a b c", "node": "node-a", "ts": "400"}]
@@ -225,7 +225,7 @@ def test_claim_hands_out_every_good_task_beside_an_envelope_that_is_not_utf8(
     kept = json.loads(hget(redis_client, k.deadtasks, "bad") or "")
     assert base64.b64decode(kept["raw_base64"]) == NOT_UTF8
     assert (kept["dead_kind"], kept["id"]) == ("malformed", "bad")
-    assert where(redis_client, k, "bad") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "bad") == {"dead", "deadtasks", "deadkinds"}
     for task_id in "abc":
         assert queue.ack(task_id, "tok", now=30) is True
 
@@ -244,7 +244,7 @@ def test_claim_dead_letters_a_ghost_and_reports_it(
     assert [task_id for task_id, _ in claimed.tasks] == ["a", "b"]
     assert (claimed.ghosts, claimed.ghosts_kept) == (["ghost"], [])
     assert (claimed.due, claimed.leased) == (0, 2)
-    assert where(redis_client, k, "ghost") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "ghost") == {"dead", "deadtasks", "deadkinds"}
     assert redis_client.zscore(k.dead, "ghost") == 50
     doc = json.loads(hget(redis_client, k.deadtasks, "ghost") or "")
     assert doc["v"] == ENVELOPE_VERSION
@@ -281,7 +281,7 @@ def test_a_ghost_never_overwrites_a_dead_letter_of_its_id(
     claimed = queue.claim(now=50, limit=10, lease_until=50 + LEASE, token="tok")
 
     assert (claimed.tasks, claimed.ghosts, claimed.ghosts_kept) == ([], [], ["x"])
-    assert where(redis_client, k, "x") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "x") == {"dead", "deadtasks", "deadkinds"}
     assert hget(redis_client, k.deadtasks, "x") == before
     assert redis_client.zscore(k.dead, "x") == 5
     assert [e["type"] for e in events(redis_client, k)] == ["dead"]
@@ -300,7 +300,7 @@ def test_reap_returns_a_leased_ghost_to_due_where_the_claim_reports_it(
     assert where(redis_client, k, "g") == {"due"}
     claimed = queue.claim(now=100, limit=10, lease_until=100 + LEASE, token="t2")
     assert (claimed.tasks, claimed.ghosts) == ([], ["g"])
-    assert where(redis_client, k, "g") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "g") == {"dead", "deadtasks", "deadkinds"}
 
 
 def test_a_task_id_that_is_not_utf8_round_trips_and_harms_no_other_task(
@@ -449,9 +449,15 @@ def test_ack_removes_task_everywhere_and_records_success(
     assert claim_ids(queue, now=0, limit=1, lease_until=100, token="t1") == ["a"]
     queue.reap(now=100, limit=10, max_reclaims=5)  # leaves a reclaim count behind
     assert claim_ids(queue, now=200, limit=1, lease_until=300, token="t2") == ["a"]
-    assert where(redis_client, queue.keys, "a") == {"leased", "tasks", "owners", "reclaims"}
+    assert where(redis_client, queue.keys, "a") == {
+        "leased",
+        "tasks",
+        "taskinfo",
+        "owners",
+        "reclaims",
+    }
 
-    assert queue.ack("a", "t2", now=250, kind="timeout", url="https://example.com/a") is True
+    assert queue.ack("a", "t2", now=250, kind="timeout", url="https://Example.com:8080/a") is True
 
     assert where(redis_client, queue.keys, "a") == set()
     assert events(redis_client, queue.keys)[-1] == {
@@ -460,8 +466,22 @@ def test_ack_removes_task_everywhere_and_records_success(
         "kind": "timeout",
         "node": "node-a",
         "ts": "250",
-        "url": "https://example.com/a",
+        "url": "https://Example.com:8080/a",
+        # Not known: nobody said when the task was created.
+        "wait": "",
+        "domain": "example.com",
     }
+
+
+def test_the_succeeded_event_says_how_long_the_task_took_to_recover(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    assert queue.schedule(make_task("a", due=0, created=1_000), now=1_000)
+    assert claim_ids(queue, now=2_000, limit=1, lease_until=9_000, token="t") == ["a"]
+    url = "http://user@[::1]:8080/a"
+    assert queue.ack("a", "t", now=61_000, kind="timeout", url=url, created=1_000) is True
+    last = events(redis_client, queue.keys)[-1]
+    assert (last["type"], last["wait"], last["domain"]) == ("succeeded", "60000", "::1")
     # Acknowledging twice is refused: the lease is gone.
     assert queue.ack("a", "t2", now=260) is False
 
@@ -529,7 +549,7 @@ def test_reschedule_moves_leased_task_back_to_due_with_new_envelope(
     assert queue.reschedule(second, "t2", now=200) is True
 
     k = queue.keys
-    assert where(redis_client, k, "a") == {"due", "tasks"}
+    assert where(redis_client, k, "a") == {"due", "tasks", "taskinfo"}
     assert redis_client.zscore(k.due, "a") == 60_000
     assert queue.get_task("a") == second.to_json()
     assert events(redis_client, k)[-1] == {
@@ -575,7 +595,7 @@ def test_deadletter_of_a_leased_task_with_its_token(
     assert queue.deadletter(dead, "t2", now=5_000) is True
 
     k = queue.keys
-    assert where(redis_client, k, "a") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "a") == {"dead", "deadtasks", "deadkinds"}
     assert redis_client.zscore(k.dead, "a") == 5_000
     assert task_from_json(hget(redis_client, k.deadtasks, "a") or "") == dead
     assert events(redis_client, k)[-1] == {
@@ -606,7 +626,7 @@ def test_deadletter_without_token_for_a_request_never_parked(
     assert queue.deadletter(dead, None, now=700) is True
 
     k = queue.keys
-    assert where(redis_client, k, "fresh") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "fresh") == {"dead", "deadtasks", "deadkinds"}
     assert redis_client.zscore(k.dead, "fresh") == 700
     assert hget(redis_client, k.deadtasks, "fresh") == dead.to_json()
     event = events(redis_client, k)[-1]
@@ -655,7 +675,7 @@ def test_reap_returns_expired_leases_to_due_now(
 
     k = queue.keys
     for task_id in ("a", "b"):
-        assert where(redis_client, k, task_id) == {"due", "tasks", "reclaims"}
+        assert where(redis_client, k, task_id) == {"due", "tasks", "taskinfo", "reclaims"}
         assert redis_client.zscore(k.due, task_id) == 2_000
         assert hget(redis_client, k.reclaims, task_id) == "1"
     assert redis_client.zscore(k.leased, "c") == 3_000
@@ -699,15 +719,13 @@ def test_reap_counts_reclaims_and_dead_letters_poison(
     assert claim_ids(queue, now=now, limit=1, lease_until=now + 100, token="last") == ["p"]
     assert queue.reap(now=now + 100, limit=10, max_reclaims=max_reclaims) == ([], ["p"])
 
-    assert where(redis_client, k, "p") == {"dead", "deadtasks"}
+    assert where(redis_client, k, "p") == {"dead", "deadtasks", "deadkinds"}
     assert redis_client.zscore(k.dead, "p") == now + 100
     raw = hget(redis_client, k.deadtasks, "p")
     assert raw is not None
-    json.loads(raw)  # still valid JSON
-    dead = task_from_json(raw)
-    assert dead.dead_kind == "poison"
-    dead.dead_kind = None
-    assert dead == task
+    # The envelope as it was (no script edits its JSON); the kind it died of beside it.
+    assert task_from_json(raw) == task
+    assert hget(redis_client, k.deadkinds, "p") == "poison"
     assert events(redis_client, k)[-1] == {
         "type": "dead",
         "id": "p",
@@ -745,7 +763,7 @@ def test_release_hands_back_held_tasks_at_once(
     assert released == 2
     k = queue.keys
     for task_id in ("a", "c"):
-        assert where(redis_client, k, task_id) == {"due", "tasks"}
+        assert where(redis_client, k, task_id) == {"due", "tasks", "taskinfo"}
         assert redis_client.zscore(k.due, task_id) == 500
     assert redis_client.zscore(k.leased, "b") == LEASE
     assert hget(redis_client, k.owners, "b") == "mine"

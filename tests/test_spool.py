@@ -72,3 +72,15 @@ def test_two_crawlers_of_one_spider_in_one_process_get_a_file_each(tmp_path: Pat
     again = _spool(tmp_path, "redis://cache:6379/0")
     assert [w.task_id for w in again.open()] == ["b"]
     again.close()
+
+
+def test_a_write_keeps_its_creation_time_and_host_and_an_older_line_reads_without() -> None:
+    from scrapy_retryqueue.spool import _from_line, _to_line
+
+    write = Write(
+        "ack", "a", 5, "t", kind="timeout", url="http://x.test/", created=2, host="x.test"
+    )
+    assert _from_line(_to_line(write)) == write
+    # A line spooled before the two fields existed.
+    older = '["ack","a",5,"t","",0,"timeout",0,"http://x.test/"]'
+    assert _from_line(older) == Write("ack", "a", 5, "t", kind="timeout", url="http://x.test/")

@@ -448,6 +448,33 @@ def test_dead_letters_whose_events_were_trimmed_are_swept_into_the_store(
     assert sync.sweep_dead(older_than_ms=T0 + 10) == 0
 
 
+def test_the_sweep_finds_the_dead_kind_beside_the_envelope_or_in_an_older_one(
+    store: Store, queue: RedisDelayedQueue, make_task: MakeTask, make_sync: Callable[..., EventSync]
+) -> None:
+    k = queue.keys
+    # Poisoned by reap.lua: the envelope as it was, the kind in deadkinds only.
+    poisoned = make_task("p", kind="timeout")
+    assert queue.schedule(poisoned, now=T0)
+    queue.claim(now=T0, limit=1, lease_until=T0 + 1, token="t")
+    assert queue.reap(now=T0 + 1, limit=10, max_reclaims=0) == ([], ["p"])
+    assert "dead_kind" not in json.loads(queue.client.hget(k.deadtasks, "p"))
+    # Written by an older version: dead_kind inside the envelope, no deadkinds entry.
+    older = make_task("o", kind="timeout", dead_kind="rate_limited")
+    queue.client.zadd(k.dead, {"o": T0 + 2})
+    queue.client.hset(k.deadtasks, "o", older.to_json())
+    sync = make_sync()
+    sync.stream.ensure_group()
+    queue.client.xtrim(k.events, maxlen=0)  # no event carries them
+    assert sync.sweep_dead(older_than_ms=T0 + 10) == 2
+    got = rows(store, k.spider)
+    assert {t: (r["status"], r["kind"]) for t, r in got.items()} == {
+        "p": ("dead", "poison"),
+        "o": ("dead", "rate_limited"),
+    }
+    # Stored: gone from Redis, side entry too.
+    assert queue.client.hlen(k.deadkinds) == queue.client.hlen(k.deadtasks) == 0
+
+
 #: Dead letters the store cannot hold as they are: left in Redis, reported once each.
 #: (raw id, time of death, what the log line says)
 UNSTORABLE: list[tuple[bytes, float, str]] = [

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 from sqlalchemy import and_, func, select
 
-from .. import view
+from .. import events, view
 from ..config import kinds_setting, secret_headers_setting
 from ..exceptions import ConfigError, RetryQueueError
 from ..kinds import BUILTIN_TABLE
@@ -37,7 +37,6 @@ from ..store.queries import (
     check_id,
     check_text,
     count,
-    is_number,
     recovery_times,
     row_id,
     shown,
@@ -371,14 +370,14 @@ class Backend:
         """
         span, most = WINDOWS[window]
         since = now_ms - span * 1000
-        names = {"scheduled": "scheduled", "succeeded": "recovered", "dead": "dead"}
+        names = {events.SCHEDULED: "scheduled", events.SUCCEEDED: "recovered", events.DEAD: "dead"}
         truncated = False
         seen: list[tuple[int, str]] = []
         if client is not None:
             for spider in spiders:
-                events, cut = view.event_types_since(client, spider, since, limit=CHART_MAX_EVENTS)
+                typed, cut = view.event_types_since(client, spider, since, limit=CHART_MAX_EVENTS)
                 truncated |= cut
-                seen += [(ms, names[t]) for ms, t in events if t in names and ms >= since]
+                seen += [(ms, names[t]) for ms, t in typed if t in names and ms >= since]
         shown_s = span
         if seen:
             first = min(ms for ms, _ in seen)
@@ -515,19 +514,19 @@ class Backend:
     def _events(self, client: Any, spider: str, task_id: str) -> list[dict[str, Any]]:
         """This task's events among the newest TIMELINE_SCAN of its spider, oldest first."""
         out: list[dict[str, Any]] = []
-        for ms, fields in view.task_events(client, spider, task_id, scan=TIMELINE_SCAN):
+        for ms, parsed in view.task_events(client, spider, task_id, scan=TIMELINE_SCAN):
             event: dict[str, Any] = {
-                "type": fields.get("type"),
+                "type": parsed.type,
                 "at": _ms_iso(ms),
-                "kind": fields.get("kind") or None,
-                "attempt": fields.get("attempt") or None,
-                "node": fields.get("node") or None,
-                "manual": fields.get("manual") or None,
+                "kind": parsed.kind or None,
+                "attempt": parsed.fields.get(events.ATTEMPT) or None,
+                "node": parsed.node or None,
+                "manual": parsed.manual or None,
             }
-            due, ts = fields.get("due") or "", fields.get("ts") or ""
-            if fields.get("type") == "scheduled" and is_number(due, 18) and is_number(ts, 18):
-                event["delay_s"] = round((int(due) - int(ts)) / 1000, 3)
-                event["due_at"] = _ms_iso(int(due))
+            due, ts = parsed.due, parsed.ts
+            if parsed.type == events.SCHEDULED and due is not None and events.TS in parsed.fields:
+                event["delay_s"] = round((due - ts) / 1000, 3)
+                event["due_at"] = _ms_iso(due)
             out.append(event)
         return out
 

@@ -21,22 +21,29 @@
 -- KEYS[10] reclaims HASH  task id -> reclaim count
 -- ARGV[9] longest wait (ms) of a task on cooldowns, counted from its creation;
 --         0 or absent: no limit. A task that would have to wait longer is
---         dead-lettered with kind rate_limited instead of being moved.
+--         dead-lettered with kind ARGV[11] instead of being moved.
 -- ARGV[10] envelope version, written in the dead letter of a ghost
+-- KEYS[11] taskinfo  HASH task id -> "<created ms> <host> <url>" (taskinfo.py)
+-- KEYS[12] deadkinds HASH task id -> kind the dead letter died of
+-- ARGV[11] kind of a task dead-lettered for waiting too long (kinds.RATE_LIMITED)
+-- ARGV[12] kind of a ghost's dead letter (kinds.MALFORMED)
 --
 -- A ghost is a due id without an envelope in tasks (written around these
 -- scripts, or its envelope lost: eviction, a partial restore). Nothing of it
--- can be retried. It leaves due and becomes a dead letter of kind malformed
+-- can be retried. It leaves due and becomes a dead letter of kind ARGV[12]
 -- (an envelope that says so, a 'dead' event) so that people see it; when its
 -- id already has a dead letter, that one is kept as it is and the ghost is
 -- only reported back.
 --
 -- With cooldowns (ARGV[7] = 1, and only while some domain cools down), the
--- host of each candidate task is read from its envelope (request.url): a task
--- of a cooling domain is not claimed but moved to the end of the cooldown in
--- due; once the cooldown has ended (half-open), the first task claimed for the
--- domain is its single probe (its lease expiry is stored in probes) and the
--- others wait ARGV[8] ms more, until the probe reopens the domain or fails.
+-- host and creation time of each candidate task are read from taskinfo (never
+-- from the envelope): a task of a cooling domain is not claimed but moved to
+-- the end of the cooldown in due; once the cooldown has ended (half-open), the
+-- first task claimed for the domain is its single probe (its lease expiry is
+-- stored in probes) and the others wait ARGV[8] ms more, until the probe
+-- reopens the domain or fails. A task without taskinfo (written by an older
+-- version) has no host, so no cooldown holds it; one without a creation time
+-- has no longest wait.
 --
 -- Returns {due count, leased count, next due time (ms) or -1, {ghost ids
 -- dead-lettered}, {ghost ids whose dead letter was kept}, id1, envelope1,
@@ -50,31 +57,22 @@ local ids = {}
 if tonumber(ARGV[2]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 end
-local function host_of(envelope)
-  local url = string.match(envelope, '"request":{"url":"([^"]*)"')
-  if not url then
-    return nil
-  end
-  local authority = string.match(url, '^[%w+.-]+://([^/?#]*)')
-  if not authority then
-    return nil
-  end
-  authority = string.gsub(authority, '^.*@', '')
-  local host = string.match(authority, '^%[([^%]]*)%]') or string.match(authority, '^[^:]*')
-  return string.lower(host)
-end
-
 local envelopes = {}
 if #ids > 0 then
   -- One command per structure for the whole batch, not one per task.
   envelopes = redis.call('HMGET', KEYS[3], unpack(ids))
   if tonumber(ARGV[7] or '0') == 1 and redis.call('ZCARD', KEYS[6]) > 0 then
     local now = tonumber(ARGV[1])
+    local infos = redis.call('HMGET', KEYS[11], unpack(ids))
     local kept, kept_envelopes, deferred = {}, {}, {}
     for i, id in ipairs(ids) do
       local envelope = envelopes[i]
-      local host = envelope and host_of(envelope)
-      local cool = host and redis.call('ZSCORE', KEYS[6], host)
+      -- "<created ms> <host> <url>": created and host may be empty.
+      local created, host, url
+      if envelope and infos[i] then
+        created, host, url = string.match(infos[i], '^(%d*) (%S*) (.*)$')
+      end
+      local cool = host and host ~= '' and redis.call('ZSCORE', KEYS[6], host)
       local later = nil
       if cool then
         cool = tonumber(cool)
@@ -90,18 +88,18 @@ if #ids > 0 then
         end
       end
       local max_wait = tonumber(ARGV[9] or '0')
-      local created = later and max_wait > 0
-        and tonumber(string.match(envelope, '"created":(%d+)'))
-      if created and later - created > max_wait then
+      local since = later and max_wait > 0 and tonumber(created)
+      if since and later - since > max_wait then
         redis.call('ZREM', KEYS[1], id)
         redis.call('HDEL', KEYS[3], id)
         redis.call('HDEL', KEYS[10], id)
+        redis.call('HDEL', KEYS[11], id)
         redis.call('ZADD', KEYS[8], ARGV[1], id)
-        redis.call('HSET', KEYS[9], id,
-          string.sub(envelope, 1, -2) .. ',"dead_kind":"rate_limited"}')
+        redis.call('HSET', KEYS[9], id, envelope)
+        redis.call('HSET', KEYS[12], id, ARGV[11])
         redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*',
-          'type', 'dead', 'id', id, 'kind', 'rate_limited', 'node', ARGV[5], 'ts', ARGV[1],
-          'url', string.match(envelope, '"request":{"url":"([^"]*)"') or '')
+          'type', 'dead', 'id', id, 'kind', ARGV[11], 'node', ARGV[5], 'ts', ARGV[1],
+          'url', url)
       elseif later then
         deferred[#deferred + 1] = later
         deferred[#deferred + 1] = id
@@ -134,16 +132,19 @@ if #ids > 0 then
       kept_dead[#kept_dead + 1] = id
     else
       local now = tonumber(ARGV[1])
-      local why = {kind = 'malformed', type = 'MissingEnvelope',
+      local why = {kind = ARGV[12], type = 'MissingEnvelope',
         message = 'task id was in the due set without an envelope in the tasks hash'}
       redis.call('HDEL', KEYS[10], id)
+      redis.call('HDEL', KEYS[11], id)
       redis.call('ZADD', KEYS[8], ARGV[1], id)
+      -- Encoded, not parsed: a new document, written once.
       redis.call('HSET', KEYS[9], id, cjson.encode({
-        v = tonumber(ARGV[10]), id = id, kind = 'malformed', dead_kind = 'malformed',
+        v = tonumber(ARGV[10]), id = id, kind = ARGV[12], dead_kind = ARGV[12],
         node = ARGV[5], created = now, updated = now, due = now,
         first_error = why, last_error = why}))
+      redis.call('HSET', KEYS[12], id, ARGV[12])
       redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*',
-        'type', 'dead', 'id', id, 'kind', 'malformed', 'node', ARGV[5], 'ts', ARGV[1],
+        'type', 'dead', 'id', id, 'kind', ARGV[12], 'node', ARGV[5], 'ts', ARGV[1],
         'url', '')
       ghosts[#ghosts + 1] = id
     end

@@ -8,11 +8,13 @@
 -- KEYS[6] dead      ZSET   task id -> time of death (ms)
 -- KEYS[7] deadtasks HASH   task id -> envelope of the dead letter
 -- KEYS[8] events    STREAM lifecycle events
+-- KEYS[9] taskinfo  HASH   task id -> "<created ms> <host> <url>" of live tasks
+-- KEYS[10] deadkinds HASH  task id -> kind the dead letter died of
 -- ARGV[1] node id
 -- ARGV[2] events stream max length (approximate)
 -- ARGV[3..] groups of 6, one per task:
 --   task id, lease token or '' (a request that never was a task), envelope
---   (JSON), now (ms), kind, url
+--   (JSON), now (ms), kind (the kind it died of), url
 --
 -- Returns one integer per task, in order: 1 when dead-lettered; 0 when the
 -- lease is stale, or (without a token) when a live task with its id exists;
@@ -34,8 +36,10 @@ for i = 3, #ARGV, 6 do
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     redis.call('HDEL', KEYS[5], id)
+    redis.call('HDEL', KEYS[9], id)
     redis.call('ZADD', KEYS[6], ARGV[i + 3], id)
     redis.call('HSET', KEYS[7], id, ARGV[i + 2])
+    redis.call('HSET', KEYS[10], id, ARGV[i + 4])
     redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
       'type', 'dead', 'id', id, 'kind', ARGV[i + 4], 'node', ARGV[1],
       'ts', ARGV[i + 3], 'url', ARGV[i + 5])

@@ -1,7 +1,7 @@
 -- domain_fail: a request to a domain failed in a way that may mean the site is
 -- overloaded or throttling us; maybe start (or extend) the domain's cooldown.
 --
--- KEYS[1] domains  HASH   domain -> JSON state {state, until, level, reason, since}
+-- KEYS[1] domains  HASH   domain -> "<state> <until ms> <level> <since ms> <reason>"
 -- KEYS[2] cooling  ZSET   domain -> end of its cooldown (ms)
 -- KEYS[3] bursts   HASH   domain -> "<window start ms> <failures in the window>"
 -- KEYS[4] probes   HASH   domain -> lease expiry (ms) of its half-open probe
@@ -27,13 +27,35 @@
 -- pushes 'until' out to the server's wait (when that is at least a second
 -- later), without raising the level.
 --
+-- A state is plain words, not JSON (no script parses JSON text; domains.py
+-- reads it for people). One this version cannot read (an older version's
+-- JSON) counts as cooling until the domain's end in cooling, if it has one.
+--
 -- Returns {changed (0/1), state, until (ms), previous state, level}.
 local now = tonumber(ARGV[1])
 local domain = ARGV[2]
 local cause = ARGV[3]
 local wait = tonumber(ARGV[4])
+
+local function encode(s)
+  return s.state .. ' ' .. s['until'] .. ' ' .. s.level .. ' ' .. s.since .. ' ' .. s.reason
+end
+
+local st = {state = 'open', ['until'] = 0, level = -1, since = now, reason = ''}
 local raw = redis.call('HGET', KEYS[1], domain)
-local st = raw and cjson.decode(raw) or {state = 'open', ['until'] = 0, level = -1}
+if raw then
+  local state, till, lvl, since, why =
+    string.match(raw, '^(%a+) (%-?%d+) (%-?%d+) (%-?%d+) (.*)$')
+  if state then
+    st = {state = state, ['until'] = tonumber(till), level = tonumber(lvl),
+          since = tonumber(since), reason = why}
+  else
+    local till = redis.call('ZSCORE', KEYS[2], domain)
+    if till then
+      st = {state = 'cooling', ['until'] = tonumber(till), level = 0, since = now, reason = ''}
+    end
+  end
+end
 local previous = st.state
 local half_open = st.state == 'cooling' and tonumber(st['until']) <= now
 
@@ -43,7 +65,7 @@ if st.state == 'cooling' and not half_open then
   -- not each make an event.
   if target >= tonumber(st['until']) + 1000 then
     st['until'] = target
-    redis.call('HSET', KEYS[1], domain, cjson.encode(st))
+    redis.call('HSET', KEYS[1], domain, encode(st))
     redis.call('ZADD', KEYS[2], target, domain)
     redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'type', 'domain',
       'domain', domain, 'state', 'cooling', 'previous', 'cooling', 'until', tostring(target),
@@ -75,7 +97,7 @@ delay = math.max(delay, wait)
 local target = now + math.floor(delay)
 st = {state = 'cooling', ['until'] = target, level = level, reason = ARGV[9],
       since = (previous == 'cooling') and st.since or now}
-redis.call('HSET', KEYS[1], domain, cjson.encode(st))
+redis.call('HSET', KEYS[1], domain, encode(st))
 redis.call('ZADD', KEYS[2], target, domain)
 redis.call('HDEL', KEYS[3], domain)
 redis.call('HDEL', KEYS[4], domain)

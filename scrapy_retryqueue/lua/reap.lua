@@ -8,12 +8,17 @@
 -- KEYS[6] dead      ZSET   task id -> time of death (ms)
 -- KEYS[7] deadtasks HASH   task id -> envelope of the dead letter
 -- KEYS[8] events    STREAM lifecycle events
+-- KEYS[9] taskinfo  HASH   task id -> "<created ms> <host> <url>" of live tasks
+-- KEYS[10] deadkinds HASH  task id -> kind the dead letter died of
 -- ARGV[1] now (ms): leases that expired at or before it are reaped
 -- ARGV[2] batch size
--- ARGV[3] max reclaims: a task reclaimed more often is dead-lettered as poison
+-- ARGV[3] max reclaims: a task reclaimed more often is dead-lettered
 -- ARGV[4] events stream max length (approximate)
 -- ARGV[5] node id of the reaper (recorded on its events)
+-- ARGV[6] kind of such a dead letter (kinds.POISON)
 --
+-- A poisoned task's envelope is kept as it is; the kind it died of goes to
+-- deadkinds (no script edits an envelope's JSON text).
 -- A lease without an envelope (a ghost) goes back to due without an event or
 -- a count: the claim that finds it there reports it.
 --
@@ -29,13 +34,12 @@ for _, id in ipairs(ids) do
     if count > tonumber(ARGV[3]) then
       redis.call('HDEL', KEYS[3], id)
       redis.call('HDEL', KEYS[5], id)
+      redis.call('HDEL', KEYS[9], id)
       redis.call('ZADD', KEYS[6], ARGV[1], id)
-      -- Envelopes are JSON objects: appending a member marks the final kind
-      -- without decoding and re-encoding the document here (the last of two
-      -- equal keys wins when it is read).
-      redis.call('HSET', KEYS[7], id, string.sub(envelope, 1, -2) .. ',"dead_kind":"poison"}')
+      redis.call('HSET', KEYS[7], id, envelope)
+      redis.call('HSET', KEYS[10], id, ARGV[6])
       redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*',
-        'type', 'dead', 'id', id, 'kind', 'poison', 'reclaims', count, 'node', ARGV[5],
+        'type', 'dead', 'id', id, 'kind', ARGV[6], 'reclaims', count, 'node', ARGV[5],
         'ts', ARGV[1])
       poisoned[#poisoned + 1] = id
     else
@@ -48,6 +52,7 @@ for _, id in ipairs(ids) do
     -- A leased id without an envelope (a ghost): back to due, where the next
     -- claim reports it and keeps it as a malformed dead letter (claim.lua).
     redis.call('HDEL', KEYS[5], id)
+    redis.call('HDEL', KEYS[9], id)
     redis.call('ZADD', KEYS[1], ARGV[1], id)
   end
 end

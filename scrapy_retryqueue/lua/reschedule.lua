@@ -6,17 +6,18 @@
 -- KEYS[4] owners   HASH   task id -> lease token
 -- KEYS[5] reclaims HASH   task id -> reclaim count
 -- KEYS[6] events   STREAM lifecycle events
+-- KEYS[7] taskinfo HASH   task id -> "<created ms> <host> <url>" (what claim reads)
 -- ARGV[1] node id
 -- ARGV[2] events stream max length (approximate)
--- ARGV[3..] groups of 8, one per task:
+-- ARGV[3..] groups of 9, one per task:
 --   task id, lease token, new envelope (JSON), due time (ms), now (ms), kind,
---   attempt, url
+--   attempt, url, task info (the taskinfo value, made by Python: taskinfo.py)
 --
 -- Returns one integer per task, in order: 1 when rescheduled; 0 when the lease
 -- is stale, in which case nothing changes for it (the node that holds the task
 -- now decides its fate).
 local out = {}
-for i = 3, #ARGV, 8 do
+for i = 3, #ARGV, 9 do
   local id = ARGV[i]
   if redis.call('HGET', KEYS[4], id) ~= ARGV[i + 1] then
     out[#out + 1] = 0
@@ -26,6 +27,7 @@ for i = 3, #ARGV, 8 do
     -- The node handled the task, so earlier lease expiries were not its fault.
     redis.call('HDEL', KEYS[5], id)
     redis.call('HSET', KEYS[3], id, ARGV[i + 2])
+    redis.call('HSET', KEYS[7], id, ARGV[i + 8])
     redis.call('ZADD', KEYS[1], ARGV[i + 3], id)
     redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[2], '*',
       'type', 'scheduled', 'id', id, 'kind', ARGV[i + 5], 'attempt', ARGV[i + 6],

@@ -4,21 +4,24 @@
 -- KEYS[2] leased   ZSET   task id -> lease expiry (ms)
 -- KEYS[3] tasks    HASH   task id -> envelope
 -- KEYS[4] events   STREAM lifecycle events
+-- KEYS[5] taskinfo HASH   task id -> "<created ms> <host> <url>" (what claim reads)
 -- ARGV[1] node id
 -- ARGV[2] events stream max length (approximate)
--- ARGV[3..] groups of 7, one per task:
---   task id, envelope (JSON), due time (ms), now (ms), kind, attempt, url
+-- ARGV[3..] groups of 8, one per task:
+--   task id, envelope (JSON), due time (ms), now (ms), kind, attempt, url,
+--   task info (the taskinfo value, made by Python: taskinfo.py)
 --
 -- Returns one integer per task, in order: 1 when scheduled; 0 when a live task
 -- with its id exists already (one live retry per request fingerprint), in
 -- which case nothing changes for it.
 local out = {}
-for i = 3, #ARGV, 7 do
+for i = 3, #ARGV, 8 do
   local id = ARGV[i]
   if redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[2], id) then
     out[#out + 1] = 0
   else
     redis.call('HSET', KEYS[3], id, ARGV[i + 1])
+    redis.call('HSET', KEYS[5], id, ARGV[i + 7])
     redis.call('ZADD', KEYS[1], ARGV[i + 2], id)
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], '*',
       'type', 'scheduled', 'id', id, 'kind', ARGV[i + 4], 'attempt', ARGV[i + 5],

@@ -52,7 +52,7 @@ from .leases import Leases, PollResult
 from .outcome import Outcome
 from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
-from .taskref import live_ref, ref_of, settle, task_ref
+from .taskref import live_ref, ref_created, ref_host, ref_of, settle, task_ref
 from .writes import CONNECTION_ERRORS, WritePath
 
 if TYPE_CHECKING:
@@ -440,7 +440,13 @@ class RetryQueueRuntime:
         settle(ref)
         task_id, now = ref["id"], now_ms()
         self.leases.drop(task_id)
-        write = Write("ack", task_id, now, ref["token"], kind=ref["kind"], url=ref["url"])
+        write = Write(
+            *("ack", task_id, now, ref["token"]),
+            kind=ref["kind"],
+            url=ref["url"],
+            created=ref_created(ref),
+            host=ref_host(ref),
+        )
         how = "ignored" if ignored else "recovered"
         self.writes.submit(write).addCallbacks(
             lambda result: self.reporter.acked(request, ref, how, result, now),

@@ -172,6 +172,7 @@ class Planner:
             updated=now,
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
+            max_retries=self._budget(request, decision.kind),
         )
         return Plan(decision, failure, task, ref, now, request, notes, exhausted)
 
@@ -206,6 +207,19 @@ class Planner:
             kinds.UNKNOWN, False, 0.0, attempts.get(kinds.UNKNOWN, 0), f"{kinds.UNKNOWN}: {message}"
         )
         return failure, decision
+
+    def _budget(self, request: Request, kind: str) -> int | None:
+        """The resolved max_retries of *kind* for *request* (its domain's and meta's
+        overrides applied), kept in the envelope; None for a kind no policy covers."""
+        if kind not in self.config.kinds or self.config.kinds.is_internal(kind):
+            return None
+        domain = urlparse_cached(request).hostname
+        table = self.config.policy_table
+        meta_policy, max_retries = self._meta_overrides(request, [])
+        try:
+            return table.policy_for(kind, domain, meta_policy, max_retries).max_retries
+        except ConfigError:  # a bad meta override: the decision used the settings too
+            return table.policy_for(kind, domain).max_retries
 
     def _meta_overrides(self, request: Request, notes: list[Note]) -> tuple[Any, int | None]:
         meta_policy = request.meta.get(defaults.META_POLICY)

@@ -18,6 +18,7 @@ from ..kinds import DEFERRED, MALFORMED
 from ..redact import MASK
 from ..values import now_ms
 from .outcome import Outcome
+from .taskref import ref_created, ref_host
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -240,6 +241,7 @@ class Reporter:
     def acked(self, request: Request, ref: TaskRef, how: str, result: Outcome, now: int) -> None:
         """A task's ack came back; *how* is ``recovered`` or ``ignored`` (dropped on purpose)."""
         if how == "recovered" and result in (Outcome.ACKED, Outcome.SPOOLED):
+            created = ref_created(ref)
             self.send(
                 rq_signals.retryqueue_recovered,
                 request=request,
@@ -247,6 +249,9 @@ class Reporter:
                 kind=ref["kind"],
                 attempts=dict(ref.get("attempts") or {}),
                 outcome=str(result),
+                # The outcome to learn from (the succeeded event carries the same).
+                wait_ms=None if created is None else max(0, now - created),
+                domain=ref_host(ref),
             )
         if result is Outcome.SPOOLED:
             return
@@ -257,8 +262,8 @@ class Reporter:
         if how == "recovered":
             kind = str(ref["kind"])
             self.count(f"retryqueue/recovered/{kind}")
-            created = ref.get("created")
-            if isinstance(created, int) and created > 0:
+            created = ref_created(ref)
+            if created is not None:
                 self._recovery_waits.setdefault(kind, []).append(max(0, now - created) / 1000)
         self._audit(
             how, task=ref["id"], url=ref["url"], kind=ref["kind"], node=self.config.node_id, ts=now

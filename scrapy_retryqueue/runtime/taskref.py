@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..defaults import META_TASK
+from ..taskinfo import host_of
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -30,6 +31,9 @@ def task_ref(task: Task, token: str) -> TaskRef:
         "created": task.created,
         "due": task.due,
         "url": task.url,
+        # What the ack writes for learning (the succeeded event, the recovered
+        # signal): the domain; the wait is counted from "created".
+        "host": host_of(task.url),
         # True once acked, rescheduled or dead-lettered: a later failure of the
         # same response (its callback, an item) starts a new task.
         "settled": False,
@@ -45,6 +49,20 @@ def ref_of(request: Request) -> TaskRef | None:
         and isinstance(ref.get("token"), str)
     ):
         return ref
+    return None
+
+
+def ref_host(ref: TaskRef) -> str:
+    """The host of the ref's request (a ref made by an older version has none)."""
+    host = ref.get("host")
+    return host if isinstance(host, str) else host_of(str(ref.get("url") or ""))
+
+
+def ref_created(ref: TaskRef) -> int | None:
+    """When the ref's task was created (ms), None when not known."""
+    created = ref.get("created")
+    if isinstance(created, int) and not isinstance(created, bool) and created > 0:
+        return created
     return None
 
 

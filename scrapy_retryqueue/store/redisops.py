@@ -176,15 +176,16 @@ class EventStream:
             for task_id, ts in chunk:
                 args += [task_id, ts]
             args += ack
-            keys = [self.keys.dead, self.keys.deadtasks, self.keys.events]
+            keys = [self.keys.dead, self.keys.deadtasks, self.keys.events, self.keys.deadkinds]
             reply = self._forget(keys=keys, args=args)
             removed += int(reply[0])
         return removed
 
     def dead_letters(
         self, *, older_than_ms: int, skip: int, count: int
-    ) -> list[tuple[str, float, Any]]:
-        """Dead letters still in Redis, oldest first: (task id, time of death, envelope).
+    ) -> list[tuple[str, float, Any, Any]]:
+        """Dead letters still in Redis, oldest first: (task id, time of death,
+        envelope, kind it died of from deadkinds: None for one an older version wrote).
 
         As Redis holds them, for the caller to judge: an id that is not UTF-8
         keeps its bytes as surrogates (:func:`~scrapy_retryqueue.queue.task_id_text`),
@@ -195,8 +196,12 @@ class EventStream:
         )
         if not rows:
             return []
-        envelopes = self.client.hmget(self.keys.deadtasks, [raw_id for raw_id, _ in rows])
+        ids = [raw_id for raw_id, _ in rows]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.deadtasks, ids)
+        pipe.hmget(self.keys.deadkinds, ids)
+        envelopes, kinds = pipe.execute()
         return [
-            (task_id_text(raw_id), score, env)
-            for (raw_id, score), env in zip(rows, envelopes, strict=True)
+            (task_id_text(raw_id), score, env, kind)
+            for (raw_id, score), env, kind in zip(rows, envelopes, kinds, strict=True)
         ]

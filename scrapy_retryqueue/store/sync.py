@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..defaults import STORE_SETTINGS
 from ..envelope import malformed_envelope
+from ..events import DEAD, ID, KIND, TS, TYPE
 from ..values import now_ms
 from .db import Store, describe_db_error, is_connection_error
 from .redisops import EventStream
@@ -301,7 +302,7 @@ class EventSync:
             if not found:
                 break
             deaths = []
-            for task_id, score, raw in found:
+            for task_id, score, raw, dead_kind in found:
                 problem = unstorable_dead_letter(task_id, score)
                 if problem is not None:
                     self._report_malformed(
@@ -311,7 +312,8 @@ class EventSync:
                         "it stays there, for a person to look at",
                     )
                     continue
-                deaths.append((task_id, int(score), self._swept_envelope(task_id, score, raw)))
+                doc = self._swept_envelope(task_id, score, raw)
+                deaths.append((task_id, int(score), doc, dead_kind))
             removed = self._store_swept(deaths) if deaths else 0
             stored += removed
             # What stays in Redis (not stored, or malformed) is skipped from now on.
@@ -341,16 +343,16 @@ class EventSync:
             raw = malformed_envelope(task_id, raw, error, self.stream.consumer)
         return parse_envelope(raw)
 
-    def _store_swept(self, deaths: list[tuple[str, int, EnvelopeDoc | None]]) -> int:
-        """Write (task id, time of death, envelope) dead letters; remove from Redis
-        those the store now holds. Returns how many it removed."""
-        events, envelopes = [], {}
-        for task_id, ts, doc in deaths:
-            kind = (doc or {}).get("dead_kind") or (doc or {}).get("kind") or ""
-            fields = {"type": "dead", "id": task_id, "ts": str(ts), "kind": str(kind)}
-            events.append(Event("0-0", self.spider, fields))
+    def _store_swept(self, deaths: list[tuple[str, int, EnvelopeDoc | None, Any]]) -> int:
+        """Write (task id, time of death, envelope, dead kind) dead letters; remove
+        from Redis those the store now holds. Returns how many it removed."""
+        swept, envelopes = [], {}
+        for task_id, ts, doc, dead_kind in deaths:
+            kind = dead_kind_of(dead_kind, doc)
+            fields = {TYPE: DEAD, ID: task_id, TS: str(ts), KIND: kind}
+            swept.append(Event("0-0", self.spider, fields))
             envelopes[(self.spider, "dead", task_id)] = doc
-        batch = build_batch(events, envelopes)
+        batch = build_batch(swept, envelopes)
         table = self.store.table
         with self.store.begin() as conn:
             conn.execute(sweep_statement(conn.dialect.name), batch.generations[0])
@@ -359,12 +361,12 @@ class EventSync:
                     and_(
                         table.c.spider == self.spider,
                         table.c.status == "dead",
-                        table.c.task_id.in_([t for t, _, _ in deaths]),
+                        table.c.task_id.in_([t for t, _, _, _ in deaths]),
                     )
                 )
             ).all()
         finished = {t: round(f.timestamp() * 1000) for t, f in recorded if f is not None}
-        done = [(t, ts) for t, ts, _ in deaths if finished.get(t, -1) >= ts]
+        done = [(t, ts) for t, ts, _, _ in deaths if finished.get(t, -1) >= ts]
         return self.stream.forget_dead(done)
 
     def _report_malformed(self, task_id: str, score: float, what: str) -> None:
@@ -374,6 +376,17 @@ class EventSync:
         self._malformed_seen.add((task_id, score))
         self.inc("malformed")
         logger.error("scrapy-retryqueue: dead letter %s %s", shown_id(task_id), what)
+
+
+def dead_kind_of(stored: Any, doc: Any) -> str:
+    """The kind a dead letter died of: its deadkinds entry (*stored*), else, for
+    one an older version wrote, its envelope's ``dead_kind`` or ``kind``."""
+    if isinstance(stored, bytes):
+        stored = stored.decode("utf-8", "replace")
+    if isinstance(stored, str) and stored:
+        return stored
+    doc = doc if isinstance(doc, dict) else {}
+    return str(doc.get("dead_kind") or doc.get("kind") or "")
 
 
 def unstorable_dead_letter(task_id: str, death: float) -> str | None:

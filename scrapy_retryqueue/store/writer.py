@@ -39,27 +39,27 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from .. import events as lifecycle
 from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES
 from ..kinds import BUILTIN_TABLE
-from ..values import as_text
 from .models import UTCDateTime, tasks_table
 
-#: Event type → task status.
+#: Event type → task status (types without one, ``domain``, are no rows).
 STATUS_OF = {
-    "scheduled": "waiting",
-    "reclaimed": "waiting",
-    "released": "waiting",
-    "claimed": "retrying",
-    "succeeded": "succeeded",
-    "dead": "dead",
-    "cancelled": "cancelled",
+    lifecycle.SCHEDULED: "waiting",
+    lifecycle.RECLAIMED: "waiting",
+    lifecycle.RELEASED: "waiting",
+    lifecycle.CLAIMED: "retrying",
+    lifecycle.SUCCEEDED: "succeeded",
+    lifecycle.DEAD: "dead",
+    lifecycle.CANCELLED: "cancelled",
 }
 FINAL = frozenset(FINAL_TASK_STATUSES)
 #: The longest task id the table holds.
 TASK_ID_MAX: int = tasks_table.c.task_id.type.length
 #: Events whose envelope is read from the tasks hash / the dead letters hash.
-ENVELOPE_FROM_TASKS = frozenset({"scheduled"})
-ENVELOPE_FROM_DEAD = frozenset({"dead"})
+ENVELOPE_FROM_TASKS = frozenset({lifecycle.SCHEDULED})
+ENVELOPE_FROM_DEAD = frozenset({lifecycle.DEAD})
 
 #: Set from every event (None clears the stored value).
 ALWAYS = ("status", "next_retry_at", "finished_at", "updated_at", "event_ms", "event_seq")
@@ -87,33 +87,14 @@ KNOWN = (
 COLUMNS = ("spider", "task_id", "created_at", *ALWAYS, *KNOWN)
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One entry of a spider's events stream."""
+class Event(lifecycle.Event):
+    """One event of a spider's events stream (:class:`scrapy_retryqueue.events.Event`)."""
 
-    stream_id: str
-    spider: str
-    fields: Mapping[str, str]
+    __slots__ = ("spider",)
 
-    @property
-    def type(self) -> str:
-        return self.fields.get("type", "")
-
-    @property
-    def task_id(self) -> str:
-        return self.fields.get("id", "")
-
-    @property
-    def ts(self) -> int:
-        try:
-            return int(self.fields.get("ts", "") or 0)
-        except ValueError:
-            return 0
-
-    @property
-    def position(self) -> tuple[int, int]:
-        ms, _, seq = self.stream_id.partition("-")
-        return int(ms), int(seq or 0)
+    def __init__(self, stream_id: str, spider: str, fields: Mapping[str, str]) -> None:
+        super().__init__(stream_id, fields)
+        self.spider = spider
 
 
 def _lenient_text(value: Any) -> str:
@@ -122,22 +103,13 @@ def _lenient_text(value: Any) -> str:
 
 
 def parse_entries(spider: str, entries: Iterable[tuple[Any, Any]]) -> list[Event]:
-    """Stream entries ``(id, {field: value})`` as Events; deleted entries are skipped."""
+    """Stream entries ``(id, {field: value})`` as Events (a claim's entry is one
+    per task); deleted entries are skipped, and one that is no event this
+    version reads becomes an Event without a type, which no row is made of."""
     out = []
-    for entry_id, fields in entries:
-        if not fields:
-            continue
-        try:
-            decoded = {k.decode(): v.decode() for k, v in fields.items()}
-        except (AttributeError, UnicodeDecodeError):  # str already, or not UTF-8
-            decoded = {_lenient_text(k): _lenient_text(v) for k, v in fields.items()}
-        stream_id = as_text(entry_id)
-        if "ids" in decoded and "id" not in decoded:
-            # One entry for a batch (claim): its "ids" lists the task ids.
-            for task_id in decoded["ids"].split():
-                out.append(Event(stream_id, spider, {**decoded, "id": task_id}))
-        else:
-            out.append(Event(stream_id, spider, decoded))
+    for parsed in lifecycle.parse_entries(entries):
+        fields = {} if isinstance(parsed, lifecycle.MalformedEvent) else parsed.fields
+        out.append(Event(parsed.stream_id, spider, fields))
     return out
 
 
@@ -276,12 +248,11 @@ def row_for_event(event: Event, envelope: Mapping[str, Any] | None) -> dict[str,
     status = STATUS_OF.get(event.type)
     if status is None or not event.task_id:
         return None
-    fields = event.fields
     ts = event.ts or event.position[0]
     when = ms_to_datetime(ts)
     next_retry = None
-    if event.type == "scheduled":
-        next_retry = ms_to_datetime(_int(fields.get("due")) or ts)
+    if event.type == lifecycle.SCHEDULED:
+        next_retry = ms_to_datetime(event.due or ts)
     elif status == "waiting":
         next_retry = when  # reclaimed / released: due at once
     ms, seq = event.position
@@ -296,23 +267,23 @@ def row_for_event(event: Event, envelope: Mapping[str, Any] | None) -> dict[str,
         "event_ms": ms,
         "event_seq": seq,
     }
-    kind = _str(fields.get("kind") or None, 32)
+    kind = _str(event.kind or None, 32)
     if envelope is not None:
         row.update(envelope_columns(envelope, kind=kind))
         created = ms_to_datetime(_int(envelope.get("created")))
         if created is not None:
             row["created_at"] = created
     else:
-        url = _str(fields.get("url") or None, 100_000)
+        url = _str(event.url or None, 100_000)
         row["url"] = url
         row["domain"] = domain_of(url)
         row["kind"] = kind
-    if fields.get("node"):
-        row["node"] = fields["node"][:255]
-    reclaims = _int(fields.get("reclaims"))
+    if event.node:
+        row["node"] = _str(event.node, 255)
+    reclaims = event.reclaims
     if reclaims is not None:
         row["reclaims"] = reclaims
-    elif event.type in ("scheduled", "succeeded"):
+    elif event.type in (lifecycle.SCHEDULED, lifecycle.SUCCEEDED):
         row["reclaims"] = 0  # a node handled it: earlier expiries were forgiven
     return row
 
@@ -375,7 +346,7 @@ def build_batch(
             _add(batch, generation, existing)
         else:
             merge(held[1], row)
-        if event.type == "dead":
+        if event.type == lifecycle.DEAD:
             batch.deaths.append((event.spider, event.task_id, event.ts, current[key][1]))
     for generation, row in current.values():
         _add(batch, generation, row)

@@ -4,6 +4,7 @@
 -- KEYS[1] dead      ZSET   task id -> time of death (ms)
 -- KEYS[2] deadtasks HASH   task id -> envelope of the dead letter
 -- KEYS[3] events    STREAM lifecycle events (only read when entries are acknowledged)
+-- KEYS[4] deadkinds HASH   task id -> kind the dead letter died of
 -- ARGV[1] consumer group of the store writers ('' when nothing is acknowledged)
 -- ARGV[2] n: how many (task id, time of death) pairs follow
 -- ARGV[3 .. 2 + 2n] pairs: task id, time of death (ms) of the death the store wrote
@@ -21,6 +22,7 @@ for i = 3, pairs_end, 2 do
   if score and tonumber(score) == tonumber(ARGV[i + 1]) then
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[4], id)
     removed = removed + 1
   end
 end
