@@ -220,8 +220,8 @@ class PolicyTable:
         else:
             try:
                 return checked_delay(value, max_delay=ctx.policy.max_delay)
-            except ValueError:
-                problem = f"returned {value!r}, not a finite number of seconds >= 0"
+            except (ValueError, OverflowError):  # 10**400 does not fit a float
+                problem = f"returned {_short(value)}, not a finite number of seconds >= 0"
         # A broken strategy must neither stop the crawl nor lose the request.
         message = (
             f"RETRYQUEUE_BACKOFF {_name_of(strategy)}.delay() {problem} for a {ctx.kind} "
@@ -245,3 +245,9 @@ class PolicyTable:
                 )
             self.policies[kind].merged(overrides, where=f"{where}[{kind!r}]")
         return value
+
+
+def _short(value: Any) -> str:
+    """A strategy's return value for a log line, however large it is."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 4000 else "a huge int"
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -113,7 +113,9 @@ class Planner:
         elif task_id is None:
             task_id = ref["id"] if ref else self.fingerprint(request)
         exhausted = False
-        if decision is None and failure.kind not in self.config.kinds:
+        known = self.config.kinds.get(failure.kind)
+        # The queue's own kinds are not a project's to raise (RetryLater("poison")).
+        if decision is None and (known is None or known.internal):
             failure, decision = self._undeclared(failure, attempts, notes)
         if decision is not None:
             if decision.retry:
