@@ -656,3 +656,38 @@ def test_distinct_bad_delays_log_a_bounded_number_of_lines(
     assert len(lines) == 6, lines
     assert "only counted in the stat retryqueue/backoff_error" in lines[-1]
     assert runtime.crawler.stats.get_value("retryqueue/backoff_error") == 12
+
+
+class _Writes:
+    """The write path as the breaker sees it: records each call, sends nothing."""
+
+    down = False
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from twisted.internet import defer
+
+        self.calls.append({"fn": fn.__name__, **kwargs})
+        return defer.Deferred()  # never answers: the test reads what was asked
+
+
+@pytest.mark.parametrize(
+    ("traits", "cause"),
+    [({"breaker": True}, "throttle"), ({"breaker": True, "burst": True}, "burst"), ({}, None)],
+)
+def test_a_declared_kinds_traits_decide_what_its_failure_tells_the_breaker(
+    traits: dict[str, bool], cause: str | None
+) -> None:
+    from scrapy_retryqueue.runtime.breaker import DomainBreaker
+
+    config = load_config(Settings({"RETRYQUEUE_KINDS": {"softban": {"retry": True, **traits}}}))
+    writes = _Writes()
+    breaker = DomainBreaker(config, writes, None)  # type: ignore[arg-type]
+    # On: the fake write path only records which of the cooldowns' calls it was asked.
+    breaker.open(type("Cooldowns", (), {"fail": lambda *a, **k: None, "ok": lambda *a: None})())  # type: ignore[arg-type]
+    # A callback's soft ban: no HTTP status, no Retry-After. A breaker kind that is
+    # no burst kind trips its domain on this one failure.
+    breaker.downloaded(Request(PAGE), FailureInfo("softban", "RetryLater", "soft ban"))
+    assert [c.get("cause") for c in writes.calls] == ([cause] if cause else [])
