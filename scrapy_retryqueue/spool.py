@@ -24,6 +24,7 @@ from typing import IO
 
 from .exceptions import RetryQueueError
 from .queue import Write
+from .taskinfo import host_of
 
 
 def _to_line(write: Write) -> str:
@@ -60,7 +61,9 @@ def _from_line(line: str) -> Write:
         int(attempt),
         url,
         created if isinstance(created, int) else None,
-        host if isinstance(host, str) else "",
+        # An older line's host is its URL's: the replayed task is held while its
+        # domain cools, as one parked now would be.
+        host if isinstance(host, str) and host else host_of(url or ""),
     )
 
 

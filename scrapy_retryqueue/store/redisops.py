@@ -1,5 +1,5 @@
-"""The store writer's own Redis side: its consumer group on the events stream, and
-the removal of dead letters once the store holds them.
+"""The store writer's own Redis side: the spiders with events, its consumer group on
+their events streams, and the removal of dead letters once the store holds them.
 
 Only the store writer uses it: it reads and acknowledges events through the
 ``store`` consumer group and deletes stored dead letters with its own script

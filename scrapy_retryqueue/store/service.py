@@ -9,7 +9,8 @@ out an unreachable database or Redis with a capped backoff, logging once per
 outage and once when it is back. :meth:`WriterService.flush` writes what is
 left within a deadline (a closing crawl).
 
-It knows nothing of Scrapy or Twisted: the caller runs :meth:`~WriterService.run`
+It uses neither Scrapy's engine nor Twisted (the pure modules it shares with
+the crawl import parts of Scrapy's library): the caller runs :meth:`~WriterService.run`
 in a thread of its choice, copies :class:`Counters` into its own stats, and
 calls :meth:`~WriterService.stop` (finish the batch in hand) or
 :meth:`~WriterService.force` (end every wait at once).

@@ -42,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import events as lifecycle
 from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES
 from ..kinds import BUILTIN_TABLE
+from ..taskinfo import host_of
 from .models import UTCDateTime, tasks_table
 
 #: Event type → task status (types without one, ``domain``, are no rows).
@@ -180,18 +181,9 @@ def _str(value: Any, limit: int) -> str | None:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
-_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?(\[[^\]]*\]|[^/?#:]*)")
-
-
 def domain_of(url: str | None) -> str | None:
-    """The host of *url*, lower case (what ``urlsplit(url).hostname`` gives)."""
-    if not url:
-        return None
-    match = _HOST.match(url)
-    if match is None:
-        return None
-    host = match.group(1).strip("[]").lower()
-    return host[:255] or None
+    """The host of *url* as the crawl's breaker names it (taskinfo.host_of)."""
+    return host_of(url)[:255] or None if url else None
 
 
 def _budget(value: Any) -> int | None:
