@@ -128,8 +128,10 @@ def build_parser() -> ArgumentParser:
                         "line; json cannot be appended to (use -O). - is stdout. "
                         "(default: stdout)")  # fmt: skip
     target.add_argument("-O", "--overwrite-output", metavar="FILE",
-                        help="write FILE, replacing it: written as FILE.part and renamed "
-                        "when complete, so FILE is never half written")  # fmt: skip
+                        help="write FILE, replacing it: written to a temporary file beside "
+                        "it and renamed when complete, so FILE is never half written. FILE "
+                        "(with -o too) must be a regular file or not exist: a symlink, FIFO, "
+                        "device or directory is refused")  # fmt: skip
     output.add_argument("--format", choices=FORMATS,
                         help="csv (one row per task, a header first), jsonl (one JSON "
                         "object per line) or json (one array) (default: from the file "
