@@ -15,6 +15,16 @@ from . import kinds
 
 #: Version of the task envelope written to Redis; readers refuse newer ones.
 ENVELOPE_VERSION = 1
+#: Deepest nesting of JSON arrays and objects a stored envelope may hold. A
+#: deeper one is malformed when read (reading it must not exhaust the stack of
+#: the poll or the store writer), and a request whose meta would make one is
+#: refused when parked, so that nothing written is refused when read back.
+ENVELOPE_MAX_DEPTH = 64
+#: Latest time (ms) an envelope may hold: the end of the year 9999, the last
+#: that Python's datetime and the SQL store hold.
+ENVELOPE_MAX_MS = 253_402_300_799_999
+#: Most attempts of one kind an envelope may count: the store's integer column.
+ENVELOPE_MAX_ATTEMPTS = 2**31 - 1
 
 # -- retry policies --------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from .exceptions import EmbeddedServerError
+from .files import open_private, private_dir
 
 SOCKET_NAME = "valkey.sock"
 LOCK_NAME = "server.lock"
@@ -68,7 +69,7 @@ def server_url(directory: Path) -> str:
 @contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     # Several crawl processes may start at once; one of them starts the server.
-    with open(directory / LOCK_NAME, "a+") as lock:
+    with open_private(directory / LOCK_NAME, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -100,7 +101,8 @@ def ensure_server(directory: Path) -> str:
 
     Blocking (it waits for the server to answer): call it off the reactor thread.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    # Its append-only file holds every task, secrets too: the user's only.
+    private_dir(directory)
     sock = socket_path(directory)
     with _locked(directory):
         if is_running(directory):
@@ -120,7 +122,8 @@ def ensure_server(directory: Path) -> str:
             "--logfile", str((directory / LOG_NAME).resolve()),
         ]  # fmt: skip
         try:
-            subprocess.run(args, check=True, capture_output=True, timeout=30)
+            # umask 077: the server's files (append-only, pid, log) are 0600.
+            subprocess.run(args, check=True, capture_output=True, timeout=30, umask=0o077)
         except (OSError, subprocess.SubprocessError) as exc:
             raise EmbeddedServerError(
                 f"the embedded server did not start ({exc}); see {directory / LOG_NAME}, "

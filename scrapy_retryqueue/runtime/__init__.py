@@ -41,7 +41,7 @@ from ..envelope import (
     request_from_json,
     task_from_json,
 )
-from ..exceptions import ConfigError, RequestParked
+from ..exceptions import ConfigError, EncryptionKeyError, RequestParked
 from ..kinds import MALFORMED as MALFORMED_KIND
 from ..kinds import POISON as POISON_KIND
 from ..queue import Claimed, Write
@@ -543,10 +543,20 @@ class RetryQueueRuntime:
         try:
             task = task_from_json(raw)
             request = request_from_json(task.request, self.spider, cipher=self.config.encryption)
-        except EnvelopeError as exc:  # EncryptionKeyError is not one: it goes on up
+            return self.claimed_request(task, token, request)
+        except EncryptionKeyError:
+            raise  # not malformed: it goes on up
+        except EnvelopeError as exc:
             self._dead_letter_malformed(task_id, raw, token, exc)
             return None
-        return self.claimed_request(task, token, request)
+        except Exception as exc:
+            # The readers turn any stored value into a task or an EnvelopeError
+            # (tests/test_fuzz_entries.py); should one still escape, this task
+            # is isolated all the same, or it would stay leased and renewed by
+            # this node for as long as the crawl lasts.
+            error = EnvelopeError(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
+            self._dead_letter_malformed(task_id, raw, token, error)
+            return None
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
