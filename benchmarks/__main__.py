@@ -108,7 +108,7 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             "learned ÷ exponential failed/recovered": (lambda v: v <= 0.7, "<= 0.7"),
             "learned ÷ exponential lag p50": (lambda v: v <= 1.0, "<= 1.0"),
             "learned ÷ exponential lag p90": (lambda v: v <= 1.1, "<= 1.1"),
-            "learned − exponential dead": (lambda v: v <= 0, "<= 0"),
+            "learned minus exponential dead": (lambda v: v <= 0, "<= 0"),
         },
     ),
 }

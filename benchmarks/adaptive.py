@@ -61,7 +61,9 @@ def simulate(strategy_name: str) -> dict[str, float]:
         strategy = FullJitter()
     else:
         strategy = ExponentialBackoff()
-    table = PolicyTable({KIND: policy, "unknown": policy}, {}, retry_after_max=3600, backoff=strategy)
+    table = PolicyTable(
+        {KIND: policy, "unknown": policy}, {}, retry_after_max=3600, backoff=strategy
+    )
     failure = FailureInfo(KIND, "HttpStatus", "HTTP 503", status=503)
     records: dict[tuple[str, str], Record] = {}
     failed = recovered = dead = 0
@@ -150,5 +152,5 @@ def measure(redis_url: str, tmp: Path) -> dict[str, float]:
     )
     figures["learned ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
     figures["learned ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
-    figures["learned − exponential dead"] = learned["dead"] - exp["dead"]
+    figures["learned minus exponential dead"] = learned["dead"] - exp["dead"]
     return figures
