@@ -112,6 +112,12 @@ class Config:
     own_budget_kinds: frozenset[str]
     #: RETRY_* values honoured differently, said once at start (scrapycompat.py).
     notices: tuple[str, ...]
+    #: The learned recovery records (recovery.py): kept at all, their weights'
+    #: half-life (s), how many per spider, how often a learning strategy reads them (s).
+    learned_stats: bool = True
+    learned_half_life: float = defaults.LEARNED_HALF_LIFE
+    learned_max_records: int = defaults.LEARNED_MAX_RECORDS
+    learned_refresh: float = defaults.LEARNED_REFRESH
 
 
 def raw_setting(settings: Any, name: str) -> Any:
@@ -597,6 +603,16 @@ def load_config(settings: Any) -> Config:
             kind for kind, fields in own_policy_fields(settings).items() if "max_retries" in fields
         ),
         notices=tuple(scrapy_retry.notices),
+        learned_stats=bool_setting(settings, "RETRYQUEUE_LEARNED_STATS"),
+        learned_half_life=float(
+            number_setting(settings, "RETRYQUEUE_LEARNED_HALF_LIFE", strict=True, finite=True)
+        ),
+        learned_max_records=number_setting(
+            settings, "RETRYQUEUE_LEARNED_MAX_RECORDS", minimum=1, whole=True
+        ),
+        learned_refresh=float(
+            number_setting(settings, "RETRYQUEUE_LEARNED_REFRESH", strict=True, finite=True)
+        ),
     )
 
 

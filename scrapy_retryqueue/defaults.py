@@ -95,6 +95,28 @@ EXCEPTION_KINDS: dict[str, str] = {
 
 # -- tuning constants and defaults that function parameters share -------------
 
+#: The learned recovery times (recovery.py): bins of outage duration, each half
+#: an octave wide above RECOVERY_FIRST_EDGE seconds (bin 0 is [0, first edge)).
+RECOVERY_BINS = 36
+RECOVERY_FIRST_EDGE = 0.5
+#: Longest record the scripts and the reader accept, characters: a longer one
+#: (a hostile writer) is started over by the scripts and ignored by the reader.
+RECOVERY_RECORD_MAX = 4096
+#: RETRYQUEUE_LEARNED_HALF_LIFE: seconds after which an observation weighs half.
+LEARNED_HALF_LIFE = 7 * 24 * 3600.0
+#: RETRYQUEUE_LEARNED_MAX_RECORDS: (kind, domain) records kept per spider.
+LEARNED_MAX_RECORDS = 2000
+#: RETRYQUEUE_LEARNED_REFRESH: seconds between two reads of the learned records.
+LEARNED_REFRESH = 30.0
+#: RETRYQUEUE_LEARNED_MIN_OUTAGES: weighted outages a curve needs before it is used.
+LEARNED_MIN_OUTAGES = 20.0
+#: RETRYQUEUE_LEARNED_TARGET: the chance of recovery the next attempt waits for.
+LEARNED_TARGET = 0.8
+#: Weighted outages a curve needs still on at a failure's age to say more of it.
+LEARNED_MIN_AT_RISK = 3.0
+#: LearnedBackoff's jitter: its delay is spread over +-half this share.
+LEARNED_JITTER = 0.1
+
 #: RETRYQUEUE_EVENTS_MAXLEN: approximate cap on a spider's events stream, entries.
 EVENTS_MAXLEN = 1_000_000
 #: Most writes (or task ids) one script call carries: bounds how long one call
@@ -175,6 +197,18 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_NODE_ID": None,
     #: Approximate cap on the events stream, entries.
     "RETRYQUEUE_EVENTS_MAXLEN": EVENTS_MAXLEN,
+    #: Record how long each domain's outages last, per kind (docs/backoff.md).
+    "RETRYQUEUE_LEARNED_STATS": True,
+    #: Seconds after which a recorded outage weighs half as much as a new one.
+    "RETRYQUEUE_LEARNED_HALF_LIFE": LEARNED_HALF_LIFE,
+    #: (kind, domain) records kept per spider; new domains past it are not recorded.
+    "RETRYQUEUE_LEARNED_MAX_RECORDS": LEARNED_MAX_RECORDS,
+    #: Seconds between two reads of the records by a crawl whose strategy learns.
+    "RETRYQUEUE_LEARNED_REFRESH": LEARNED_REFRESH,
+    #: LearnedBackoff: weighted outages a curve needs before it is trusted.
+    "RETRYQUEUE_LEARNED_MIN_OUTAGES": LEARNED_MIN_OUTAGES,
+    #: LearnedBackoff: the chance of recovery by the next attempt that it waits for.
+    "RETRYQUEUE_LEARNED_TARGET": LEARNED_TARGET,
     #: A file that gets one JSON line per retry decision; None: no audit log.
     "RETRYQUEUE_AUDIT_LOG": None,
     #: The audit file's loguru rotation and retention.

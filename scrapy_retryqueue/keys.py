@@ -53,6 +53,9 @@ class Keys:
     probes: str
     #: HASH node id -> "<heartbeat ms> <last busy ms>": the nodes crawling the spider
     nodes: str
+    #: HASH "<kind> <domain>" -> learned recovery record (recovery.py): how long
+    #: the domain's outages of that kind lasted, as weighted survival bins
+    recovery: str
 
     @property
     def namespace(self) -> str:
@@ -90,6 +93,7 @@ def keys_for(spider: str) -> Keys:
         bursts=f"{base}:bursts",
         probes=f"{base}:probes",
         nodes=f"{base}:nodes",
+        recovery=f"{base}:recovery",
     )
 
 
@@ -110,6 +114,7 @@ def all_keys(keys: Keys) -> list[str]:
         keys.bursts,
         keys.probes,
         keys.nodes,
+        keys.recovery,
     ]
 
 

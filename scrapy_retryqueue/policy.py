@@ -198,10 +198,10 @@ class PolicyTable:
             rand=rand,
             url=url,
         )
-        delay = self.bounded(self._strategy_delay(ctx, on_error), policy, failure.retry_after)
-        return Decision(
-            kind, True, delay, done + 1, f"{kind}: retry {done + 1} of {policy.max_retries}"
-        )
+        why: list[str] = []
+        delay = self.bounded(self._strategy_delay(ctx, on_error, why), policy, failure.retry_after)
+        reason = f"{kind}: retry {done + 1} of {policy.max_retries}"
+        return Decision(kind, True, delay, done + 1, "; ".join([reason, *why]))
 
     def bounded(self, delay: float, policy: Policy, retry_after: float | None) -> float:
         """A valid delay within the policy's bounds: at most its max_delay, and at least
@@ -211,10 +211,19 @@ class PolicyTable:
             delay = max(delay, min(retry_after, self.retry_after_max))
         return delay
 
-    def _strategy_delay(self, ctx: BackoffContext, on_error: Callable[[str], None] | None) -> float:
+    def _strategy_delay(
+        self, ctx: BackoffContext, on_error: Callable[[str], None] | None, why: list[str]
+    ) -> float:
+        """The strategy's delay; a strategy with ``delay_and_reason(ctx)`` also says why
+        (appended to *why*: the decision's reason, in the DEBUG line and the audit log)."""
         strategy = self.backoff
         try:
-            value = strategy.delay(ctx)
+            explain = getattr(strategy, "delay_and_reason", None)
+            if explain is not None:
+                value, reason = explain(ctx)
+                why.append(str(reason))
+            else:
+                value = strategy.delay(ctx)
         except Exception as exc:
             problem = f"raised {type(exc).__name__}: {exc}"
         else:

@@ -42,7 +42,7 @@ def test_all_keys_lists_every_key_once():
     listed = all_keys(keys)
     fields = [v for k, v in ((f, getattr(keys, f)) for f in keys.__slots__) if k != "spider"]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 15
+    assert len(set(listed)) == len(listed) == 16
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])

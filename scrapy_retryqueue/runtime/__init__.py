@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -52,7 +52,15 @@ from .leases import Leases, PollResult
 from .outcome import Outcome
 from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
-from .taskref import live_ref, ref_created, ref_host, ref_of, settle, task_ref
+from .taskref import (
+    live_ref,
+    ref_created,
+    ref_host,
+    ref_learning,
+    ref_of,
+    settle,
+    task_ref,
+)
 from .writes import CONNECTION_ERRORS, WritePath
 
 if TYPE_CHECKING:
@@ -410,6 +418,9 @@ class RetryQueueRuntime:
         self.reporter.notes(plan.notes)
         # The write names the lease before the lease is marked used.
         write = Write.for_task(plan.op, plan.task, plan.token, plan.now)
+        if write.token is not None and plan.ref is not None:
+            # A task's attempt failed again (or gave up): its outage lasts on.
+            write = self._learning(write, plan.ref)
         if plan.ref is not None:
             settle(plan.ref)
         if write.token is not None:
@@ -447,11 +458,23 @@ class RetryQueueRuntime:
             created=ref_created(ref),
             host=ref_host(ref),
         )
+        if not ignored:
+            write = self._learning(write, ref)
         how = "ignored" if ignored else "recovered"
         self.writes.submit(write).addCallbacks(
             lambda result: self.reporter.acked(request, ref, how, result, now),
             lambda f: self.reporter.ack_failed(ref, f.value),
         )
+
+    def _learning(self, write: Write, ref: dict[str, Any]) -> Write:
+        """*write* with the learning update of its task's outage (recovery.py), when
+        RETRYQUEUE_LEARNED_STATS is on and the outage is of a kind a policy retries."""
+        if not self.config.learned_stats:
+            return write
+        kind, prior = ref_learning(ref)
+        if not kind or kind not in self.config.policy_table.policies:
+            return write  # an internal kind (deferred, malformed...) is no outage
+        return replace(write, learn=kind, prior=prior)
 
     def release(self, request: Request) -> None:
         """Hand a re-injected request's task back, due now (its download was cancelled)."""
@@ -496,7 +519,8 @@ class RetryQueueRuntime:
             return None
         if writes.down or writes.spooled:
             return writes.recover()
-        io = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy)
+        learns = callable(getattr(self.config.policy_table.backoff, "learned", None))
+        io = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy, learns=learns)
         d = writes.call_untracked(io)
         d.addCallbacks(self._polled, self._poll_failed)
         return d
@@ -504,6 +528,16 @@ class RetryQueueRuntime:
     def _polled(self, result: PollResult) -> PollResult:
         reporter = self.reporter
         self.fleet = result.nodes
+        if result.recovery is not None:
+            stats, malformed = result.recovery
+            if malformed:
+                reporter.malformed_records(malformed)
+            strategy = self.config.policy_table.backoff
+            try:
+                strategy.learned(stats)  # type: ignore[attr-defined]
+            except Exception as exc:  # a strategy's bug must not stop the polls
+                reporter.count("retryqueue/backoff_error")
+                logger.error("scrapy-retryqueue: RETRYQUEUE_BACKOFF learned() raised %r", exc)
         if result.cooling is not None:
             self.breaker.polled(result.cooling)
         if result.reclaimed:

@@ -56,6 +56,7 @@ class Reporter:
                 retention=config.audit_retention,
             )
         self._errors_logged: set[str] = set()
+        self._records_logged: set[str] = set()
         self._lines_per_stat: dict[str, int] = {}
         #: Kind -> seconds each recovered task waited since its first failure.
         self._recovery_waits: dict[str, list[float]] = {}
@@ -168,6 +169,20 @@ class Reporter:
                     outcome=str(outcome),
                 )
         return outcome
+
+    def malformed_records(self, fields: list[str]) -> None:
+        """Learned recovery records that do not read (recovery.py): ignored; one WARNING
+        line per field, once per crawl (a bounded number of them)."""
+        new = [f for f in fields if f not in self._records_logged]
+        self.count("retryqueue/learned/malformed", len(fields))
+        if not new or len(self._records_logged) >= 100:
+            return
+        self._records_logged.update(new)
+        logger.warning(
+            "scrapy-retryqueue: %d learned recovery record(s) are malformed and ignored: %s",
+            len(new),
+            ", ".join(ascii(f)[:80] for f in new[:5]) + (" ..." if len(new) > 5 else ""),
+        )
 
     def dead_without_request(self, kind: str, task_ids: list[str], reason: str) -> None:
         """Tasks a poll dead-lettered (poison, malformed): no request to show."""

@@ -98,7 +98,12 @@ class WritePath:
             limit=config.spool_max,
         )
         self.queue = RedisDelayedQueue(
-            client, spider_name, node_id=config.node_id, events_maxlen=config.events_maxlen
+            client,
+            spider_name,
+            node_id=config.node_id,
+            events_maxlen=config.events_maxlen,
+            learned_half_life=config.learned_half_life,
+            learned_max_records=config.learned_max_records,
         )
         adopted = self.spool.open()
         for path, count, other in self.spool.elsewhere():
