@@ -110,8 +110,13 @@ LEARNED_MAX_RECORDS = 2000
 LEARNED_REFRESH = 30.0
 #: RETRYQUEUE_LEARNED_MIN_OUTAGES: weighted outages a curve needs before it is used.
 LEARNED_MIN_OUTAGES = 20.0
-#: RETRYQUEUE_LEARNED_TARGET: the chance of recovery the next attempt waits for.
-LEARNED_TARGET = 0.8
+#: RETRYQUEUE_LEARNED_ATTEMPT_COST: seconds of lag after a recovery that one
+#: failed attempt is worth to LearnedBackoff (higher: fewer, later attempts).
+LEARNED_ATTEMPT_COST = 5.0
+#: What LearnedBackoff weighs a recoverable task dead-lettered at, seconds of lag.
+LEARNED_DEAD_COST = 3600.0
+#: Attempts ahead LearnedBackoff's schedule looks (probing.py), at most.
+LEARNED_PLAN_DEPTH = 6
 #: Weighted outages a curve needs still on at a failure's age to say more of it.
 LEARNED_MIN_AT_RISK = 3.0
 #: LearnedBackoff's jitter: its delay is spread over +-half this share.
@@ -207,8 +212,8 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_LEARNED_REFRESH": LEARNED_REFRESH,
     #: LearnedBackoff: weighted outages a curve needs before it is trusted.
     "RETRYQUEUE_LEARNED_MIN_OUTAGES": LEARNED_MIN_OUTAGES,
-    #: LearnedBackoff: the chance of recovery by the next attempt that it waits for.
-    "RETRYQUEUE_LEARNED_TARGET": LEARNED_TARGET,
+    #: LearnedBackoff: seconds of lag after a recovery one failed attempt is worth.
+    "RETRYQUEUE_LEARNED_ATTEMPT_COST": LEARNED_ATTEMPT_COST,
     #: A file that gets one JSON line per retry decision; None: no audit log.
     "RETRYQUEUE_AUDIT_LOG": None,
     #: The audit file's loguru rotation and retention.

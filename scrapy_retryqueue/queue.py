@@ -254,7 +254,7 @@ class RedisDelayedQueue:
         created = w.created
         if not w.learn or not w.host or not isinstance(created, int) or created <= 0:
             return ["", 0, -1, 0, 0, 0]
-        first, last = observation(w.prior, w.now - created)
+        first, last = observation(w.prior, w.now - created, recovered)
         field = field_name(w.learn, w.host)
         return [field, first, last, 1 if recovered else 0, *self._learning_limits]
 

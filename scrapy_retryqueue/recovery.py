@@ -5,8 +5,9 @@ keys.py): ``"<updated ms> <n0> <e0> <n1> <e1> ..."``, where ``n_b`` is the
 weight of tasks whose outage was seen to last into bin *b* (at risk there) and
 ``e_b`` the weight of those that recovered in it. A task adds to the bins its
 outage newly reached at each outcome (reschedule, dead letter: censored; ack:
-recovered), so it counts once per bin however often it fails, and one still
-failing or dead-lettered is a censored observation, as Kaplan-Meier wants.
+recovered, dated midway between its last failure and its success), so it counts
+once per bin however often it fails, and one still failing or dead-lettered is a
+censored observation, as Kaplan-Meier wants.
 Weights halve every half-life (the scripts decay a record when they update it;
 the reader decays it to the time it reads). Bins are half an octave wide.
 """
@@ -46,17 +47,26 @@ def parse_field(field: str) -> tuple[str, str] | None:
     return (kind, domain) if sep and kind and domain else None
 
 
-def observation(prior_ms: int | None, wait_ms: int) -> tuple[int, int]:
-    """The bins (first, last) an outcome adds at-risk weight to.
+def observation(prior_ms: int | None, wait_ms: int, recovered: bool = False) -> tuple[int, int]:
+    """The bins (first, last) an outcome adds at-risk weight to (and, recovered, its
+    recovery to bin last).
 
     *prior_ms* is how long the task's outage had lasted at its previous outcome
     (None or 0 for its first: it is at risk from bin 0), *wait_ms* how long now.
+    A recovery is dated midway between the last failure and the success: the
+    outage ended somewhere in between. Dated at the success, the curve would
+    learn the lag of the attempts that found it over, a strategy timed by the
+    curve would wait longer for it, and the lag would grow with every pass.
     first > last when the outage reached no new bin.
     """
-    last = bin_of(max(0, wait_ms) / 1000)
-    if not prior_ms or prior_ms <= 0:
+    prior = prior_ms if prior_ms and prior_ms > 0 else 0
+    end = max(0, wait_ms)
+    if recovered:
+        end = prior + max(0, end - prior) / 2
+    last = bin_of(end / 1000)
+    if not prior:
         return 0, last
-    return bin_of(prior_ms / 1000) + 1, last
+    return bin_of(prior / 1000) + 1, last
 
 
 @dataclass(slots=True)

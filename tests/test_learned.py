@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import re
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -10,13 +12,15 @@ import redis
 
 from scrapy_retryqueue.backoff import BackoffContext, ExponentialBackoff
 from scrapy_retryqueue.classify import FailureInfo
-from scrapy_retryqueue.defaults import RECOVERY_BINS
+from scrapy_retryqueue.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.learned import LearnedBackoff
 from scrapy_retryqueue.policy import Policy, PolicyTable
+from scrapy_retryqueue.probing import Schedule
 from scrapy_retryqueue.queue import RedisDelayedQueue, Write
 from scrapy_retryqueue.recovery import (
     EDGES,
+    Curve,
     Record,
     RecoveryStats,
     bin_of,
@@ -37,6 +41,7 @@ def outages(durations: list[float], *, censored: list[float] = (), now: int = 0)
     """A record as the scripts leave it after these outages (one outcome each)."""
     record = empty_record(now)
     for d in durations:
+        # Known to have ended at d (not between a failure and a success).
         record = record.add(*observation(None, int(d * 1000)), True, now=now, half_life=HALF_LIFE)
     for d in censored:
         record = record.add(*observation(None, int(d * 1000)), False, now=now, half_life=HALF_LIFE)
@@ -70,10 +75,13 @@ def test_a_task_counts_once_per_bin_however_often_it_fails() -> None:
     record = empty_record()
     prior = None
     for wait, recovered in ((3000, False), (20000, False), (50000, True)):
-        record = record.add(*observation(prior, wait), recovered, now=0, half_life=HALF_LIFE)
+        record = record.add(
+            *observation(prior, wait, recovered), recovered, now=0, half_life=HALF_LIFE
+        )
         prior = wait
-    assert record.at_risk == [1.0] * (bin_of(50) + 1)
-    assert record.recovered[bin_of(50)] == 1 and sum(record.recovered) == 1
+    # Its outage ended between 20 s and 50 s: the recovery is dated at 35 s.
+    assert record.at_risk == [1.0] * (bin_of(35) + 1)
+    assert record.recovered[bin_of(35)] == 1 and sum(record.recovered) == 1
 
 
 def test_survival_and_the_next_time_follow_the_outages_seen() -> None:
@@ -223,7 +231,15 @@ def test_the_reason_reaches_the_decision() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"target": 0}, {"target": 1.5}, {"min_outages": 0}, {"min_outages": float("nan")}]
+    "kwargs",
+    [
+        {"attempt_cost": 0},
+        {"attempt_cost": -1},
+        {"attempt_cost": float("inf")},
+        {"attempt_cost": True},
+        {"min_outages": 0},
+        {"min_outages": float("nan")},
+    ],
 )
 def test_bad_settings_are_one_clear_error(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="RETRYQUEUE_LEARNED_"):
@@ -278,7 +294,7 @@ def test_the_scripts_keep_the_record_as_recovery_py_says(
             )
         assert queue.apply([write]) == [True]
         expected = expected.add(
-            *observation(prior, wait),
+            *observation(prior, wait, op == "ack"),
             op == "ack",
             now=now,
             half_life=queue.learned_half_life_ms / 1000,
@@ -313,7 +329,104 @@ def test_the_scripts_start_a_hostile_record_over_and_keep_at_most_max_records(
         )
         assert queue.apply([write]) == [True]
     raw = redis_client.hgetall(keys.recovery)
-    fresh = empty_record().add(*observation(None, 4000), True, now=t0 + 4000, half_life=HALF_LIFE)
+    fresh = empty_record().add(
+        *observation(None, 4000, True), True, now=t0 + 4000, half_life=HALF_LIFE
+    )
     assert set(raw) == {b"server_error a.example", b"server_error b.example"}
     assert raw[b"server_error a.example"].decode() == fresh.encode()
     assert raw[b"server_error b.example"].decode() == fresh.encode()
+
+
+# -- the scripts' copies of the record's limits -----------------------------------------
+
+LEARNING_SCRIPTS = ("ack.lua", "reschedule.lua", "deadletter.lua")
+
+
+def _learn_function(script: str) -> str:
+    source = (resources.files("scrapy_retryqueue") / "lua" / script).read_text("utf-8")
+    match = re.search(r"^local function learn\(.*?^end$", source, re.M | re.S)
+    assert match, f"{script} has no learn function"
+    return match.group(0)
+
+
+@pytest.mark.parametrize("script", LEARNING_SCRIPTS)
+def test_the_scripts_spell_the_records_limits_as_defaults_py_does(script: str) -> None:
+    source = (resources.files("scrapy_retryqueue") / "lua" / script).read_text("utf-8")
+    code = _learn_function(script)
+    # Longer than RECOVERY_RECORD_MAX characters: started over.
+    assert re.findall(r"#raw <= (\d+)", code) == [str(RECOVERY_RECORD_MAX)]
+    # More numbers than "<updated>" and RECOVERY_BINS pairs: started over.
+    assert re.findall(r"count > (\d+)", code) == [str(2 * RECOVERY_BINS + 1)]
+    # The header says the same numbers.
+    assert f"RECOVERY_RECORD_MAX ({RECOVERY_RECORD_MAX})" in source
+    assert f"RECOVERY_BINS ({RECOVERY_BINS})" in source
+
+
+def test_the_three_scripts_learn_alike() -> None:
+    # The same code but for the recovery hash's place in each script's KEYS.
+    first, *others = (
+        re.sub(r"KEYS\[\d+\]", "KEYS[recovery]", _learn_function(script))
+        for script in LEARNING_SCRIPTS
+    )
+    assert all(other == first for other in others)
+
+
+# -- the schedule (probing.py) ----------------------------------------------------------
+
+
+def _curve(durations: list[float]) -> Curve:
+    curve = RecoveryStats({("k", "d"): outages(durations)}).curve("k", "d")
+    assert curve is not None
+    return curve
+
+
+def test_the_integral_of_the_survival_is_exact() -> None:
+    curve = _curve([10.0] * 50 + [100.0] * 50)
+    plan = Schedule(curve, base=2, latest=300, depth=3, cost=5, dead_cost=3600)
+    for t in (0.3, 4.0, 11.0, 50.0, 150.0):
+        steps = 4000
+        numeric = sum(curve.survival((i + 0.5) * t / steps) for i in range(steps)) * t / steps
+        assert plan.integral(t) == pytest.approx(numeric, rel=1e-6, abs=1e-6)
+    # Every outage seen was over by 128 s: nothing more accrues past it.
+    assert plan.integral(10_000.0) == pytest.approx(plan.integral(150.0))
+
+
+def test_one_attempt_left_is_the_brute_force_minimum() -> None:
+    curve = _curve([5.0] * 30 + [40.0] * 30 + [200.0] * 30)
+    plan = Schedule(curve, base=2, latest=300, depth=1, cost=5, dead_cost=3600)
+
+    def expected(a: float, t: float) -> float:
+        s_a = curve.survival(a)
+        lag = (t - a) * s_a - (plan.integral(t) - plan.integral(a))
+        return lag + curve.survival(t) * (5 + 3600)
+
+    for a in (0.0, 7.0, 50.0):
+        chosen = plan.next(a, earliest=2, attempts=1)
+        assert chosen is not None
+        best = min(expected(a, a + d / 10) for d in range(20, 3001))
+        # The grid of 16 delays is within a few per cent of the exact minimum.
+        assert expected(a, chosen) <= best * 1.05 + 0.5
+
+
+def test_cheap_attempts_probe_the_short_outages_and_dear_ones_wait_for_the_long() -> None:
+    curve = _curve([3.0] * 50 + [120.0] * 50)
+    cheap = Schedule(curve, base=2, latest=300, depth=5, cost=0.5, dead_cost=3600)
+    dear = Schedule(curve, base=2, latest=300, depth=5, cost=200, dead_cost=3600)
+    first_cheap = cheap.next(0.0, earliest=2, attempts=5)
+    first_dear = dear.next(0.0, earliest=2, attempts=5)
+    assert first_cheap is not None and first_dear is not None
+    assert first_cheap < 6 and first_dear > 90
+    # Past the short ones, nothing ends before the long ones' bin (90 s to 128 s).
+    after = cheap.next(10.0, earliest=2, attempts=4)
+    assert after is not None and 40 < after < 200
+
+
+def test_nothing_to_say_past_the_longest_outage_seen() -> None:
+    plan = Schedule(_curve([10.0] * 40), base=2, latest=300, depth=3, cost=5, dead_cost=3600)
+    assert plan.next(100.0, earliest=2, attempts=3) is None
+
+
+def test_a_recovery_is_dated_midway_between_the_last_failure_and_the_success() -> None:
+    assert observation(20_000, 50_000, True) == (bin_of(20) + 1, bin_of(35))
+    assert observation(None, 8_000, True) == (0, bin_of(4))
+    assert observation(20_000, 50_000) == (bin_of(20) + 1, bin_of(50))
