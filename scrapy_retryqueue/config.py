@@ -80,6 +80,8 @@ class Config:
     audit_rotation: str
     audit_retention: str
     embedded_dir: str | None
+    #: Keep the embedded server when the crawl ends (RETRYQUEUE_EMBEDDED_KEEP).
+    embedded_keep: bool
     forbidden_log_level: int
     #: Kind -> level of its dead letters' log line (its record's dead_log_level,
     #: a "setting:NAME" one read from that setting).
@@ -572,6 +574,7 @@ def load_config(settings: Any) -> Config:
         audit_rotation=str(raw_setting(settings, "RETRYQUEUE_AUDIT_ROTATION")),
         audit_retention=str(raw_setting(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
+        embedded_keep=bool_setting(settings, "RETRYQUEUE_EMBEDDED_KEEP"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
         dead_log_levels=_dead_log_levels(settings, kind_table),
         dead_log_limit=number_setting(settings, "RETRYQUEUE_DEAD_LOG_LIMIT", whole=True),

@@ -170,8 +170,12 @@ SETTINGS: dict[str, Any] = {
     #: The audit file's loguru rotation and retention.
     "RETRYQUEUE_AUDIT_ROTATION": "100 MB",
     "RETRYQUEUE_AUDIT_RETENTION": "30 days",
-    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue.
+    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue,
+    #: or a per-user directory named after the project without scrapy.cfg (Scrapyd).
     "RETRYQUEUE_EMBEDDED_DIR": None,
+    #: Keep the embedded server running when its last crawl ends (False: stop it,
+    #: so that a runner such as Scrapyd is left with no process of ours).
+    "RETRYQUEUE_EMBEDDED_KEEP": False,
     #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
     #: Dead-letter lines a crawl logs per kind at their level; past it, one line
@@ -233,6 +237,9 @@ META_ITEM = "retryqueue_item"
 SCRAPY_META_MAX_RETRY_TIMES = "max_retry_times"
 SCRAPY_META_RETRY_TIMES = "retry_times"
 SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"
+#: Scrapy's HttpCacheMiddleware neither answers nor stores a request with it:
+#: set on every re-injected retry, or it would get the cached failure back.
+SCRAPY_META_DONT_CACHE = "dont_cache"
 
 #: Meta keys Scrapy fills in per download; stale on a later attempt.
 TRANSIENT_META_KEYS = frozenset(

@@ -124,14 +124,27 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
 
 def preflight(config: Config) -> None:
     """Stop the crawl with one error line when its Redis cannot be reached at start."""
-    from ..connection import check_reachable
+    from .. import embedded
+    from ..connection import check_reachable, embedded_dir
     from ..defaults import REDIS_START_TIMEOUT
     from ..exceptions import EmbeddedServerError
     from ..startup import stop_at_start
 
+    # The local state (the spool, and the embedded server's data) needs a
+    # directory with a configured Redis too: found wanting mid-crawl, every
+    # failure would be lost with Scrapy's RetryMiddleware already removed.
+    directory = embedded_dir(config.embedded_dir)
+    try:
+        embedded.check_directory(directory)
+    except EmbeddedServerError as exc:
+        stop_at_start(f"the local state has no directory: {exc}")
+    if config.embedded_dir is None and embedded.user_directory_in_use(directory):
+        logger.info(
+            "scrapy-retryqueue: no scrapy.cfg in reach (as under Scrapyd); local state in %s "
+            "(RETRYQUEUE_EMBEDDED_DIR)",
+            directory,
+        )
     if config.redis_url is None:
-        from .. import embedded
-
         # Whether it can run here at all; it is started when the spider opens,
         # so that building a crawler starts no process.
         try:
@@ -550,9 +563,10 @@ class RetryQueueRuntime:
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
-        from ..defaults import META_TASK, SCRAPY_META_RETRY_TIMES
+        from ..defaults import META_TASK, SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
 
         request.meta[META_TASK] = task_ref(task, token)
+        request.meta[SCRAPY_META_DONT_CACHE] = True
         # Scrapy's count, so a callback's get_retry_request() goes on from it.
         request.meta[SCRAPY_META_RETRY_TIMES] = retries_so_far(task.attempts, request.meta)
         self.reporter.count("retryqueue/reinjected")

@@ -19,6 +19,7 @@ import redis
 from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
+from .. import embedded
 from ..config import redact_url
 from ..connection import client_for, embedded_dir
 from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
@@ -29,6 +30,8 @@ from ..spool import Spool, SpoolFull
 from .outcome import WRITE_OUTCOMES, Outcome
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from twisted.python.failure import Failure
 
     from ..config import Config
@@ -73,6 +76,8 @@ class WritePath:
         self._down_since = 0.0
         self._reconnect_delay = RECONNECT_MIN_DELAY
         self._next_probe = 0.0
+        #: The embedded server's directory while this crawl holds it (embedded.hold).
+        self._held_server: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -85,6 +90,11 @@ class WritePath:
         self._pool.start()
         self._pool_stopper.arm()
         directory = embedded_dir(config.embedded_dir)
+        if config.redis_url is None:
+            # Held before it starts: a crawl of the project that ends meanwhile
+            # leaves it running for this one (embedded.hold).
+            await maybe_deferred_to_future(self.call(embedded.hold, directory))
+            self._held_server = directory
         client, url = await maybe_deferred_to_future(
             self.call(client_for, config, embedded_directory=directory)
         )
@@ -148,6 +158,11 @@ class WritePath:
         self.left_in_spool = self.spool.close() if self.spool is not None else 0
         if self.queue is not None:
             await maybe_deferred_to_future(self.call(self.queue.client.close))
+        if self._held_server is not None:
+            directory, self._held_server = self._held_server, None
+            await maybe_deferred_to_future(
+                self.call(embedded.let_go, directory, keep=self.config.embedded_keep)
+            )
         self._pool_stopper.disarm()
         if self._pool is not None:
             self._pool.stop()
