@@ -223,6 +223,21 @@ def test_a_disabled_addon_leaves_scrapys_retry_middleware(tmp_path: Path) -> Non
     assert RetryQueueExtension not in [type(ext) for ext in crawler.extensions.middlewares]
 
 
+def test_the_addon_keeps_retried_statuses_out_of_the_http_cache(tmp_path: Path) -> None:
+    crawler = get_crawler(
+        ComponentSpider,
+        _settings(
+            tmp_path, ADDONS={Addon: 0}, HTTPCACHE_IGNORE_HTTP_CODES=[301], RETRY_HTTP_CODES=[418]
+        ),
+    )
+    codes = crawler.settings.getlist("HTTPCACHE_IGNORE_HTTP_CODES")
+    # The project's own stays; what a retry follows is added (418: the project's RETRY_HTTP_CODES).
+    assert codes[0] == 301
+    assert {429, 500, 503, 418} <= set(codes)
+    # What is not retried may be cached, as before.
+    assert 404 not in codes and 200 not in codes
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
@@ -319,6 +334,61 @@ def test_dont_retry_leaves_the_failure_alone(
     assert running.stat("retryqueue/dead") is None
 
 
+def test_robots_txt_and_media_downloads_get_stock_retries(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    from scrapy.http.request import NO_CALLBACK
+
+    running = open_components(RETRY_TIMES=2)
+    robots = Request("http://shop.test/robots.txt", callback=NO_CALLBACK)
+    # Not parked (its caller awaits the download): retried at once, as stock does.
+    again = running.response(robots, 503)
+    assert isinstance(again, Request) and again.url == robots.url
+    assert again.meta["retry_times"] == 1
+    again = running.exception(again, TwistedTimeoutError())
+    assert isinstance(again, Request) and again.meta["retry_times"] == 2
+    # RETRY_TIMES reached: the failure goes on, as stock gives it up.
+    answer = running.response(again, 503)
+    assert isinstance(answer, Response) and answer.status == 503
+    assert running.stat("retry/count") == 2
+    assert running.stat("retry/max_reached") == 1
+    # dont_retry: no retry, as with stock.
+    plain = Request("http://shop.test/image.png", callback=NO_CALLBACK, meta={"dont_retry": True})
+    assert running.response(plain, 503).status == 503
+    keys = keys_for(spider_name)
+    assert redis_client.hlen(keys.tasks) == redis_client.zcard(keys.dead) == 0
+
+
+def test_without_stock_retries_robots_txt_is_not_retried(
+    open_components: Callable[..., Running],
+) -> None:
+    from scrapy.http.request import NO_CALLBACK
+
+    running = open_components(RETRY_ENABLED=False)
+    robots = Request("http://shop.test/robots.txt", callback=NO_CALLBACK)
+    assert running.response(robots, 503).status == 503
+    assert running.exception(robots, TwistedTimeoutError()) is None
+
+
+def test_a_failure_answered_from_the_http_cache_is_asked_of_the_site(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": LATER})
+    request = Request(PAGE)
+    cached = Response(PAGE, status=503, request=request, flags=["cached"])
+    again = running.reactor.run(
+        running.middleware.process_response, request=request, response=cached
+    )
+    # At once, past the cache, and no attempt counted.
+    assert isinstance(again, Request) and again.url == PAGE
+    assert again.meta["dont_cache"] is True and again.dont_filter
+    assert running.stat("retryqueue/cache_bypassed") == 1
+    assert redis_client.hlen(keys_for(spider_name).tasks) == 0
+    # The site's own 503 is a failure as usual.
+    with pytest.raises(RequestParked):
+        running.response(again, 503)
+
+
 # -- the spider middleware ---------------------------------------------------------------
 
 
@@ -375,6 +445,7 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     (again,) = running.engine.crawled
     assert again.url == PAGE
     assert again.dont_filter  # the dupefilter saw this URL already
+    assert again.meta["dont_cache"] is True  # the HTTP cache would answer the failure again
     running.wait_stat("retryqueue/reinjected", 1)
     assert redis_client.zscore(keys.leased, parked.value.task_id) is not None
     # The retry succeeds: its task is done and leaves Redis.
