@@ -56,17 +56,19 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
         embedded.hold(directory)
     try:
         client, url = client_for(config, embedded_directory=directory)
-        return _summarize(client, url, spider, since_ms, items_path)
+        return _summarize(client, url, spider, since_ms, items_path, config.namespace)
     finally:
         if config.redis_url is None:
             embedded.let_go(directory)
 
 
-def _summarize(client: Any, url: str, spider: str, since_ms: int, items_path: Path) -> str:
+def _summarize(
+    client: Any, url: str, spider: str, since_ms: int, items_path: Path, project: str
+) -> str:
     from scrapy_retryqueue import events
     from scrapy_retryqueue.keys import keys_for
 
-    keys = keys_for(spider)
+    keys = keys_for(spider, project)
     scheduled: collections.Counter[str] = collections.Counter()
     dead: collections.Counter[str] = collections.Counter()
     retried: set[str] = set()

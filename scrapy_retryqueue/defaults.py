@@ -176,6 +176,9 @@ SETTINGS: dict[str, Any] = {
     #: Keep the embedded server running when its last crawl ends (False: stop it,
     #: so that a runner such as Scrapyd is left with no process of ours).
     "RETRYQUEUE_EMBEDDED_KEEP": False,
+    #: The project's namespace in the Redis keys, so that two projects on one Redis
+    #: never meet; None: BOT_NAME (when the project sets it), "": no namespace.
+    "RETRYQUEUE_NAMESPACE": None,
     #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
     #: Dead-letter lines a crawl logs per kind at their level; past it, one line

@@ -28,7 +28,7 @@ from .defaults import (
     QUEUE_BATCH,
 )
 from .envelope import Task
-from .keys import Keys, keys_for
+from .keys import Keys, all_keys, keys_for
 from .taskinfo import host_of, taskinfo_value
 from .values import as_text
 
@@ -43,6 +43,7 @@ SCRIPT_NAMES = (
     "release",
     "retry_now",
     "cancel",
+    "adopt",
 )
 
 
@@ -176,14 +177,24 @@ class RedisDelayedQueue:
         *,
         node_id: str,
         events_maxlen: int = EVENTS_MAXLEN,
+        project: str = "",
     ) -> None:
         self.client = client
-        self.keys: Keys = keys_for(spider)
+        self.keys: Keys = keys_for(spider, project)
         self.node_id = node_id
         self.events_maxlen = events_maxlen
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
+
+    def adopt_unnamespaced(self) -> int:
+        """Move the spider's queue from the layout without a namespace into the
+        project's, when only the former exists: the keys moved (0: none to adopt;
+        -1: there is one, but the project's queue exists, so it stays where it is)."""
+        if not self.keys.project:
+            return 0
+        old, new = all_keys(keys_for(self.keys.spider)), all_keys(self.keys)
+        return int(self._run("adopt", [*old, *new], [len(old)]))
 
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self._scripts[name](keys=keys, args=args)

@@ -120,6 +120,7 @@ class RetryQueueStoreExtension:
             consumer=self.config.node_id,
             spiders=[spider_name],
             counters=Counters(forward=self.stats.inc_value),
+            project=self.config.namespace,
         )
         return self.service
 

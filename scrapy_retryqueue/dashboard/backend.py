@@ -228,6 +228,11 @@ class Backend:
         except RetryQueueError as exc:  # SourceError, StoreError: no store to read
             raise DashboardError(str(exc), 503) from None
 
+    @property
+    def project(self) -> str:
+        """The namespace of the spiders' keys (RETRYQUEUE_NAMESPACE, else BOT_NAME)."""
+        return self.sources().config.namespace
+
     def redis(self) -> Any:
         """A Redis client, or None when the embedded server is not running."""
         sources = self.sources()
@@ -255,7 +260,7 @@ class Backend:
             spiders = [check_text("spider", name.strip()) for name in spiders]
         except FilterError as exc:
             raise DashboardError(str(exc)) from None
-        status = collect(self.redis, self.store, spiders, top=10)
+        status = collect(self.redis, self.store, spiders, top=10, project=self.project)
         client, db, notes = status.client, status.history, status.notes
         failures_today = None
         recovered_by_kind: dict[str, int] = {}
@@ -299,7 +304,7 @@ class Backend:
                 slot["pending"] += d["pending"]
                 slot["dead"] += d["dead"]
             if client is not None:
-                nodes.update(view.lease_holders(client, spider))
+                nodes.update(view.lease_holders(client, spider, self.project))
         for kind, n in recovered_by_kind.items():
             by_kind.setdefault(kind, {"pending": 0, "dead": 0})["recovered"] = n
         for kind, slot in by_kind.items():
@@ -375,7 +380,9 @@ class Backend:
         seen: list[tuple[int, str]] = []
         if client is not None:
             for spider in spiders:
-                typed, cut = view.event_types_since(client, spider, since, limit=CHART_MAX_EVENTS)
+                typed, cut = view.event_types_since(
+                    client, spider, since, limit=CHART_MAX_EVENTS, project=self.project
+                )
                 truncated |= cut
                 seen += [(ms, names[t]) for ms, t in typed if t in names and ms >= since]
         shown_s = span
@@ -502,7 +509,7 @@ class Backend:
         }
 
     def _live(self, client: Any, spider: str, task_id: str) -> dict[str, Any]:
-        place = view.task_place(client, spider, task_id)
+        place = view.task_place(client, spider, task_id, self.project)
         return {
             "available": True,
             "due_at": _ms_iso(place.due_ms),
@@ -514,7 +521,9 @@ class Backend:
     def _events(self, client: Any, spider: str, task_id: str) -> list[dict[str, Any]]:
         """This task's events among the newest TIMELINE_SCAN of its spider, oldest first."""
         out: list[dict[str, Any]] = []
-        for ms, parsed in view.task_events(client, spider, task_id, scan=TIMELINE_SCAN):
+        for ms, parsed in view.task_events(
+            client, spider, task_id, scan=TIMELINE_SCAN, project=self.project
+        ):
             event: dict[str, Any] = {
                 "type": parsed.type,
                 "at": _ms_iso(ms),
@@ -598,14 +607,26 @@ class Backend:
         if action == "requeue":
             # With a fresh budget, as ``scrapy deadletters requeue`` does by default.
             requeued = actions.requeue(
-                store, client, narrowed, node_id=node_id, events_maxlen=config.events_maxlen
+                store,
+                client,
+                narrowed,
+                node_id=node_id,
+                events_maxlen=config.events_maxlen,
+                project=config.namespace,
             )
             # Malformed, or a live retry of the same request is queued already.
             changed, skipped = requeued.moved, requeued.live + len(requeued.malformed)
             spiders = requeued.spiders
         else:
             op = actions.retry_now if action == "retry_now" else actions.cancel
-            done = op(store, client, narrowed, node_id=node_id, events_maxlen=config.events_maxlen)
+            done = op(
+                store,
+                client,
+                narrowed,
+                node_id=node_id,
+                events_maxlen=config.events_maxlen,
+                project=config.namespace,
+            )
             changed, skipped, spiders = done.changed, done.skipped, done.spiders
         self.sync(client, spiders)
         result["changed"], result["skipped"] = changed, skipped
@@ -623,6 +644,7 @@ class Backend:
                     spider,
                     sources.store_config,
                     consumer=f"{sources.config.node_id}:dashboard",
+                    project=sources.config.namespace,
                 ).drain()
             except (redis.RedisError, StoreError):
                 # The change is in Redis; the next writer run stores it.

@@ -237,6 +237,7 @@ class RetryQueueRuntime:
                         spider.name,
                         node_id=self.config.node_id,
                         events_maxlen=self.config.events_maxlen,
+                        project=self.config.namespace,
                     )
                 )
         finally:

@@ -24,6 +24,7 @@ from ..config import redact_url
 from ..connection import client_for, embedded_dir
 from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from ..exceptions import RetryQueueError
+from ..keys import keys_for
 from ..queue import RedisDelayedQueue, Write
 from ..shutdown import ShutdownTrigger
 from ..spool import Spool, SpoolFull
@@ -108,7 +109,11 @@ class WritePath:
             limit=config.spool_max,
         )
         self.queue = RedisDelayedQueue(
-            client, spider_name, node_id=config.node_id, events_maxlen=config.events_maxlen
+            client,
+            spider_name,
+            node_id=config.node_id,
+            events_maxlen=config.events_maxlen,
+            project=config.namespace,
         )
         adopted = self.spool.open()
         for path, count, other in self.spool.elsewhere():
@@ -132,6 +137,8 @@ class WritePath:
         except CONNECTION_ERRORS as exc:
             # The crawl goes on; failures wait in the spool until Redis answers.
             self.mark_down(exc)
+        else:
+            await self._adopt_unnamespaced(spider_name)
         logger.info(
             "scrapy-retryqueue: node %s, queue %s at %s",
             config.node_id,
@@ -139,6 +146,35 @@ class WritePath:
             redact_url(url),
         )
         return self.queue
+
+    async def _adopt_unnamespaced(self, spider_name: str) -> None:
+        """Find the spider's queue of before namespaces: moved into the project's once."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        assert self.queue is not None
+        try:
+            moved = await maybe_deferred_to_future(self.call(self.queue.adopt_unnamespaced))
+        except CONNECTION_ERRORS as exc:
+            self.mark_down(exc)
+            return
+        old = keys_for(spider_name).namespace
+        if moved > 0:
+            logger.info(
+                "scrapy-retryqueue: the queue of spider %r without a namespace (%s:*) is now "
+                "this project's (%s:*)",
+                spider_name,
+                old,
+                self.queue.keys.namespace,
+            )
+        elif moved < 0:
+            logger.warning(
+                "scrapy-retryqueue: spider %r also has a queue without a namespace (%s:*), left "
+                "alone since this project's (%s:*) exists; set RETRYQUEUE_NAMESPACE = '' to run "
+                "it (docs/redis.md)",
+                spider_name,
+                old,
+                self.queue.keys.namespace,
+            )
 
     async def flush_for_close(self) -> None:
         """Wait for every write, and try the spool once more before the crawl ends."""
