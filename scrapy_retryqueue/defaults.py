@@ -248,6 +248,14 @@ SCRAPY_META_DONT_CACHE = "dont_cache"
 TRANSIENT_META_KEYS = frozenset(
     {"download_latency", "download_slot", "download_timeout_reached", META_TASK}
 )
+#: Set by Scrapy's DownloadTimeoutMiddleware from DOWNLOAD_TIMEOUT when the request
+#: has none: not stored when it holds that value, so a later run's setting applies.
+SCRAPY_META_DOWNLOAD_TIMEOUT = "download_timeout"
+#: Set by Scrapy's HttpProxyMiddleware from the environment (http_proxy ...),
+#: which marks it with SCRAPY_META_SCHEME_PROXY: not stored then, so the run that
+#: retries the request takes its own environment's proxy.
+SCRAPY_META_PROXY = "proxy"
+SCRAPY_META_SCHEME_PROXY = "_scheme_proxy"
 
 #: The finish_reason of a crawl that closed with retries pending or writes
 #: spooled (as Scrapy's closespider_* reasons name why a crawl ended).

@@ -277,6 +277,32 @@ def test_a_503_is_parked_as_a_server_error(
     assert redis_client.zscore(keys.due, parked.value.task_id) is not None
 
 
+def test_only_the_projects_own_meta_travels_with_a_retry(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": LATER}, DOWNLOAD_TIMEOUT=30)
+    keys = keys_for(spider_name)
+    # As Scrapy's middlewares leave it: DownloadTimeoutMiddleware's default, a proxy
+    # HttpProxyMiddleware took from the environment (it marks it _scheme_proxy).
+    scrapys = Request(
+        PAGE,
+        meta={"download_timeout": 30.0, "proxy": "http://env-proxy:3128", "_scheme_proxy": True},
+    )
+    with pytest.raises(RequestParked) as parked:
+        running.response(scrapys, 503)
+    meta = _envelope(redis_client, keys.tasks, parked.value.task_id)["request"].get("meta", {})
+    assert "download_timeout" not in meta and "proxy" not in meta
+    # What the project set itself stays: its own timeout, its own proxy, its own keys.
+    own = Request(
+        PAGE + "?own",
+        meta={"download_timeout": 5, "proxy": "http://mine:8080", "depth": 2, "page": 7},
+    )
+    with pytest.raises(RequestParked) as parked:
+        running.response(own, 503)
+    meta = _envelope(redis_client, keys.tasks, parked.value.task_id)["request"]["meta"]
+    assert meta == {"download_timeout": 5, "proxy": "http://mine:8080", "depth": 2, "page": 7}
+
+
 def test_a_404_is_dead_lettered_and_the_response_goes_on(
     open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
 ) -> None:

@@ -165,6 +165,14 @@ def preflight(config: Config) -> None:
         )
 
 
+def _recomputed_meta(crawler: Crawler) -> dict[str, Any]:
+    """The meta values Scrapy's middlewares set by default in this crawl: a stored
+    request does not keep them, so a later crawl's settings apply to its retry."""
+    from ..defaults import SCRAPY_META_DOWNLOAD_TIMEOUT
+
+    return {SCRAPY_META_DOWNLOAD_TIMEOUT: crawler.settings.getfloat("DOWNLOAD_TIMEOUT")}
+
+
 def runtime_if_any(crawler: Crawler) -> RetryQueueRuntime | None:
     """The crawler's runtime when a component created one, without creating it."""
     return _RUNTIMES.get(crawler)
@@ -191,6 +199,7 @@ class RetryQueueRuntime:
             fingerprint=self.fingerprint,
             retry_hook=self._build_hook(self.config.retry_hook),
             cooling=self.breaker.cooling,
+            recomputed_meta=_recomputed_meta(crawler),
         )
         #: The domains cooling down (domain -> end of the cooldown, ms), read-only:
         #: a view of the breaker's dict, so empty in a healthy crawl, and a truth
