@@ -493,6 +493,32 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     assert int(succeeded[b"wait"]) == signal["wait_ms"]
 
 
+@pytest.mark.parametrize("jobdir", [False, True], ids=["alone", "with JOBDIR"])
+def test_resuming_retries_without_jobdir_says_a_page_may_be_parsed_twice(
+    open_components: Callable[..., Running],
+    queue: Any,
+    make_task: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    jobdir: bool,
+) -> None:
+    import time
+
+    settings = {"JOBDIR": str(tmp_path / "job")} if jobdir else {}
+    warned = not jobdir
+    # A retry an earlier crawl left, due now: its re-injection shows the first poll ran.
+    now = int(time.time() * 1000)
+    queue.schedule(make_task("left", url=PAGE, due=now), now=now)
+    caplog.set_level(logging.INFO)
+    running = open_components(**settings)
+    wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
+    lines = [r.getMessage() for r in caplog.records if "parsed twice" in r.getMessage()]
+    if warned:
+        assert len(lines) == 1 and "resumes 1 pending retries without JOBDIR" in lines[0]
+    else:
+        assert not lines
+
+
 def _idle(running: Running) -> str:
     """What the extension says when the spider goes idle: close, keep open, or close early."""
     from scrapy.exceptions import CloseSpider, DontCloseSpider
