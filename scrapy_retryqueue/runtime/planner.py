@@ -136,9 +136,7 @@ class Planner:
                 request, decision = self._run_hook(request, decision, failure, policy, notes)
         error = failure.as_dict()
         try:
-            request_json = request_to_json(
-                request, self.spider, recomputed=self.recomputed_meta
-            )
+            request_json = request_to_json(request, self.spider, recomputed=self.recomputed_meta)
         except EnvelopeError as exc:
             request_json = {"url": request.url, "method": request.method}
             if decision.retry:
