@@ -100,7 +100,11 @@ class Scrapyd:
                 return True
             return self.get("daemonstatus.json")["status"] == "ok"
 
-        wait_for(up, "scrapyd to answer", timeout=60)
+        try:
+            wait_for(up, "scrapyd to answer", timeout=60)
+        except BaseException:
+            self.stop()  # a scrapyd that never answered is not left running
+            raise
         if self.process.poll() is not None:
             text = (self.home / f"scrapyd-{port}.log").read_text()
             if "Address already in use" in text:
@@ -139,8 +143,8 @@ def scrapyd(tmp_path: Path) -> Iterator[Scrapyd]:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     server = Scrapyd(home, env)
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.stop()
