@@ -179,6 +179,14 @@ SETTINGS: dict[str, Any] = {
     #: The project's namespace in the Redis keys, so that two projects on one Redis
     #: never meet; None: BOT_NAME (when the project sets it), "": no namespace.
     "RETRYQUEUE_NAMESPACE": None,
+    #: The Spidermon monitors' thresholds (monitors.py): forbidden dead letters
+    #: (a ban), dead letters per kind ("*": any kind not named; by default the
+    #: kinds only a bug or a hostile writer produces), retries left pending, and
+    #: the share of retried failures that must recover.
+    "RETRYQUEUE_MONITOR_MAX_BANS": 0,
+    "RETRYQUEUE_MONITOR_MAX_DEAD": {kinds.MALFORMED: 0, kinds.POISON: 0, kinds.UNSERIALIZABLE: 0},
+    "RETRYQUEUE_MONITOR_MAX_PENDING": 0,
+    "RETRYQUEUE_MONITOR_MIN_RECOVERY": 0.5,
     #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
     #: Dead-letter lines a crawl logs per kind at their level; past it, one line
