@@ -134,7 +134,9 @@ class RetryQueueExtension:
             await maybe_deferred_to_future(self._ticking)
         await self.runtime.close()
         self.runtime.summary()
-        pending = 0 if self._counts is None else self._counts.due + self._counts.leased
+        pending = self.runtime.pending_at_close
+        if pending is None:
+            pending = 0 if self._counts is None else self._counts.due + self._counts.leased
         self.runtime.left_behind(pending, reason)
 
     # -- polling -------------------------------------------------------------

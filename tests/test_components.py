@@ -580,6 +580,23 @@ def test_a_crawl_that_closes_with_retries_pending_says_why_and_what_is_left(
     assert "server_error" in caplog.text and "retries by kind" in caplog.text
 
 
+def test_the_count_left_at_close_is_what_redis_holds_after_the_last_write(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    # A long poll interval: the retries below are parked after the only poll.
+    running = open_components(
+        RETRYQUEUE_POLICIES={"server_error": LATER},
+        RETRYQUEUE_POLL_INTERVAL=600,
+        RETRYQUEUE_LEASE_TIME=1800,
+    )
+    for n in range(3):
+        with pytest.raises(RequestParked):
+            running.response(Request(f"{PAGE}?n={n}"), 503)
+    running.close("shutdown")
+    assert redis_client.zcard(keys_for(spider_name).due) == 3
+    assert running.stat("retryqueue/left/pending") == 3
+
+
 def test_an_unreachable_redis_stops_the_crawl_at_start_naming_the_setting(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

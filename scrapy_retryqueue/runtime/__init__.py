@@ -213,6 +213,9 @@ class RetryQueueRuntime:
         self.closed: defer.Deferred[None] = defer.Deferred()
         #: Fires once open() has finished (connected or not); None before it starts.
         self._opening: defer.Deferred[None] | None = None
+        #: Tasks left in Redis (due or leased) as close() read them after its last
+        #: write; None when it could not (Redis down): the last poll's count stands.
+        self.pending_at_close: int | None = None
 
     def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
         """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
@@ -283,6 +286,14 @@ class RetryQueueRuntime:
                         len(leases),
                         exc,
                     )
+            if writes.queue is not None and not writes.down:
+                # What is left, read after the last write: the last poll's count
+                # misses what was acked or parked since.
+                with contextlib.suppress(Exception):
+                    counts = await maybe_deferred_to_future(
+                        writes.call(writes.queue.counts, now=now_ms())
+                    )
+                    self.pending_at_close = counts.due + counts.leased
             await writes.shutdown()
             self.reporter.close()
         finally:
