@@ -203,10 +203,10 @@ class Backend:
             if secret_headers is not None
             else secret_headers_setting(settings if settings is not None else {})
         )
-        #: The kinds a filter may name: the built-in ones and RETRYQUEUE_KINDS'.
-        self.known_kinds: tuple[str, ...] = kinds_setting(
-            settings if settings is not None else {}
-        ).names
+        #: The built-in kinds and RETRYQUEUE_KINDS': what a filter may name, and
+        #: which kinds are retried (the success rate counts only those).
+        self.kind_table = kinds_setting(settings if settings is not None else {})
+        self.known_kinds: tuple[str, ...] = self.kind_table.names
         self._sources: Sources | None = None
         self._lock = threading.Lock()
 
@@ -315,7 +315,14 @@ class Backend:
             slot["recover_median_s"] = percentile(times, 0.5)
             slot["recover_p90_s"] = percentile(times, 0.9)
         recovered, dead = totals["succeeded"], totals["dead"]
-        rate = recovered / (recovered + dead) if recovered + dead else None
+        # Over the retried kinds only: a 404 that was never retried is neither a
+        # recovery nor a failure to recover.
+        given_up = sum(
+            slot["dead"]
+            for kind, slot in by_kind.items()
+            if (record := self.kind_table.get(kind)) is not None and record.retry
+        )
+        rate = recovered / (recovered + given_up) if recovered + given_up else None
         top_domains = sorted(domains.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))[:10]
         order = {"pending": 0, "dead": 0, "recovered": 0}
         return {
@@ -328,6 +335,8 @@ class Backend:
                 "recovered": recovered,
                 "dead": dead,
                 "success_rate": rate,
+                # Dead letters of the retried kinds: the rate's other half.
+                "given_up": given_up,
             },
             "spiders": per_spider,
             "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -sum(kv[1][k] for k in order))),
