@@ -14,6 +14,7 @@ it) while it uses it; the last one to let go stops it, unless it is kept
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -226,23 +227,37 @@ def _shutdown(directory: Path) -> bool:
 #: Resolved directory -> (the open hold file, how many users in this process).
 _HOLDS: dict[Path, tuple[int, int]] = {}
 _HOLDS_LOCK = threading.Lock()
+#: Whether _let_go_at_exit is registered.
+_AT_EXIT = False
+#: Directories held by a user that keeps the server (let_go(keep=True) never came).
+_KEPT: set[Path] = set()
 
 
-def hold(directory: Path) -> None:
+def hold(directory: Path, *, keep: bool = False) -> None:
     """Mark this process as a user of *directory*'s server (before it starts it).
 
     Taken before :func:`ensure_server`: a crawl that ends meanwhile sees this
-    user and leaves the server running. Blocking for as long as another process
+    user and leaves the server running. *keep*: this user keeps the server
+    (RETRYQUEUE_EMBEDDED_KEEP), also when it is let go of only as the process exits. Blocking for as long as another process
     stops the server: call it off the reactor thread.
     """
     directory.mkdir(parents=True, exist_ok=True)
     key = directory.resolve()
     with _HOLDS_LOCK:
+        if keep:
+            _KEPT.add(key)
         fd, users = _HOLDS.get(key, (-1, 0))
         if fd < 0:
             fd = os.open(key / HOLD_NAME, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(fd, fcntl.LOCK_SH)
         _HOLDS[key] = (fd, users + 1)
+        global _AT_EXIT
+        if not _AT_EXIT:
+            # A crawl stopped as its spider opens never reaches engine_stopped, where
+            # the store writer lets go: the last process to exit must not leave the
+            # server behind for that.
+            atexit.register(_let_go_at_exit)
+            _AT_EXIT = True
 
 
 def let_go(directory: Path, *, keep: bool = False) -> bool:
@@ -275,3 +290,16 @@ def let_go(directory: Path, *, keep: bool = False) -> bool:
             return _shutdown(key)
         finally:
             os.close(probe)
+
+
+def _let_go_at_exit() -> None:
+    """What this process still holds as it exits, let go of (and stopped when last)."""
+    with _HOLDS_LOCK:
+        held = list(_HOLDS)
+    for key in held:
+        with _HOLDS_LOCK:
+            fd, _ = _HOLDS.get(key, (-1, 0))
+            if fd >= 0:
+                _HOLDS[key] = (fd, 1)
+        with contextlib.suppress(Exception):
+            let_go(key, keep=key in _KEPT)

@@ -81,7 +81,7 @@ class Sources:
                 if url is None and not start_embedded and not embedded.is_running(self.directory):
                     return None
                 if url is None and not self._held:
-                    embedded.hold(self.directory)
+                    embedded.hold(self.directory, keep=self.config.embedded_keep)
                     self._held = True
                 client, url = client_for(self.config, embedded_directory=self.directory)
                 try:

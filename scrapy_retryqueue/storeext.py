@@ -103,7 +103,7 @@ class RetryQueueStoreExtension:
         directory = embedded_dir(self.config.embedded_dir)
         if self.config.redis_url is None and self._held_server is None:
             # The final flush still reads it after the queue let go of it.
-            embedded.hold(directory)
+            embedded.hold(directory, keep=self.config.embedded_keep)
             self._held_server = directory
         client, _ = client_for(self.config, embedded_directory=directory)
         return client

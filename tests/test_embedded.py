@@ -391,3 +391,21 @@ def test_a_directory_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -
     with pytest.raises(embedded.EmbeddedServerError, match="RETRYQUEUE_EMBEDDED_DIR") as info:
         embedded.check_directory(blocker / "retryqueue")
     assert str(blocker / "retryqueue") in str(info.value)
+
+
+def _hold_and_exit(directory: str) -> None:
+    """A process that holds the server and exits without letting go (a crawl stopped
+    as its spider opens never reaches the store writer's engine_stopped)."""
+    embedded.hold(Path(directory))
+    embedded.ensure_server(Path(directory))
+
+
+def test_a_process_that_exits_holding_the_server_lets_go_of_it(server_dir: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=_hold_and_exit, args=(str(server_dir),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    # It was the last user: its exit stopped the server.
+    assert not embedded.is_running(server_dir)
+    assert _wait_gone(_servers_in(server_dir)) == []

@@ -200,10 +200,17 @@ def test_scrapyd_runs_the_egg_with_only_the_addons_line(scrapyd: Scrapyd, tmp_pa
     with spawn(pages=PAGES, slow=3) as site:
         table = site.get_json("/__scenarios")
         parseable = {site.url + p for p, info in table.items() if info["expected"] == "parsed"}
-        # The first job crawls the site; the second runs only retries (index=false):
-        # it has work only because the two share the retry queue.
-        first = scrapyd.post("schedule.json", project="demo", spider="flaky", site=site.url)
-        wait_for(lambda: _state(scrapyd, first["jobid"]) == "running", "job 1 runs", 60)
+        # The first job crawls the site and leaves the retries still pending when it
+        # goes idle (no idle wait); the next two run only retries (index=false): they
+        # have work only because the jobs share the retry queue.
+        first = scrapyd.post(
+            "schedule.json",
+            project="demo",
+            spider="flaky",
+            site=site.url,
+            setting="RETRYQUEUE_IDLE_TIMEOUT=0",
+        )
+        wait_for(lambda: _state(scrapyd, first["jobid"]) == "finished", "job 1 ends", 120)
         second = scrapyd.post(
             "schedule.json", project="demo", spider="flaky", site=site.url, index="false"
         )
@@ -225,17 +232,24 @@ def test_scrapyd_runs_the_egg_with_only_the_addons_line(scrapyd: Scrapyd, tmp_pa
         assert "NotConfigured" not in log, log[-3000:]
         assert "is not open" not in log, log[-3000:]
     assert "no scrapy.cfg in reach" in logs[first["jobid"]]
+    assert "'finish_reason': 'retryqueue_work_left'" in logs[first["jobid"]]
     parsed = {item["url"] for job in jobs for item in _items(scrapyd, job)}
     # Every parseable page parsed, across the jobs.
     assert parsed == parseable, sorted(parseable - parsed)
-    # The second job had only the retries of the shared queue to run, and ran some.
+    # The later jobs had only the first one's retries to run, and ran them.
     recovered = [job for job in jobs[1:] if "'retryqueue/recovered'" in logs[job]]
     assert recovered, {job: log[-2000:] for job, log in logs.items()}
     # The local state is in the per-user directory of the project.
     assert (tmp_path / "data" / "scrapy-retryqueue" / "demo").is_dir()
     # No process of the jobs is left: the embedded server stopped with the last one.
-    wait_for(
-        lambda: not [p for p in _processes_under(tmp_path) if p[0] != scrapyd.process.pid],
-        "no process left but scrapyd",
-        timeout=30,
-    )
+    assert scrapyd.process is not None
+    left: list[tuple[int, str]] = []
+
+    def nothing_left() -> bool:
+        left[:] = [p for p in _processes_under(tmp_path) if p[0] != scrapyd.process.pid]
+        return not left
+
+    try:
+        wait_for(nothing_left, "no process left but scrapyd", timeout=30)
+    except BaseException:
+        pytest.fail(f"left running: {left}; logs: {[log[-1500:] for log in logs.values()]}")

@@ -94,7 +94,9 @@ class WritePath:
         if config.redis_url is None:
             # Held before it starts: a crawl of the project that ends meanwhile
             # leaves it running for this one (embedded.hold).
-            await maybe_deferred_to_future(self.call(embedded.hold, directory))
+            await maybe_deferred_to_future(
+                self.call(embedded.hold, directory, keep=config.embedded_keep)
+            )
             self._held_server = directory
         client, url = await maybe_deferred_to_future(
             self.call(client_for, config, embedded_directory=directory)
