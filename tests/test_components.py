@@ -597,6 +597,30 @@ def test_the_count_left_at_close_is_what_redis_holds_after_the_last_write(
     assert running.stat("retryqueue/left/pending") == 3
 
 
+def test_no_directory_for_the_local_state_stops_the_crawl_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, redis_url: str
+) -> None:
+    from scrapy_retryqueue.startup import StartError
+
+    # With a configured Redis too: the spool needs the directory.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    caplog.set_level(logging.INFO)
+    with pytest.raises(StartError):
+        get_crawler(
+            ComponentSpider,
+            _settings(
+                tmp_path,
+                ADDONS={Addon: 0},
+                RETRYQUEUE_REDIS_URL=redis_url,
+                RETRYQUEUE_EMBEDDED_DIR=str(blocker / "state"),
+            ),
+        )
+    [error] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "the local state has no directory" in error
+    assert str(blocker / "state") in error and "RETRYQUEUE_EMBEDDED_DIR" in error
+
+
 def test_an_unreachable_redis_stops_the_crawl_at_start_naming_the_setting(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
