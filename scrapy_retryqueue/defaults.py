@@ -219,8 +219,23 @@ SETTINGS: dict[str, Any] = {
     #: The audit file's loguru rotation and retention.
     "RETRYQUEUE_AUDIT_ROTATION": "100 MB",
     "RETRYQUEUE_AUDIT_RETENTION": "30 days",
-    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue.
+    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue,
+    #: or a per-user directory named after the project without scrapy.cfg (Scrapyd).
     "RETRYQUEUE_EMBEDDED_DIR": None,
+    #: Keep the embedded server running when its last crawl ends (False: stop it,
+    #: so that a runner such as Scrapyd is left with no process of ours).
+    "RETRYQUEUE_EMBEDDED_KEEP": False,
+    #: The project's namespace in the Redis keys, so that two projects on one Redis
+    #: never meet; None: BOT_NAME (when the project sets it), "": no namespace.
+    "RETRYQUEUE_NAMESPACE": None,
+    #: The Spidermon monitors' thresholds (monitors.py): forbidden dead letters
+    #: (a ban), dead letters per kind ("*": any kind not named; by default the
+    #: kinds only a bug or a hostile writer produces), retries left pending, and
+    #: the share of retried failures that must recover.
+    "RETRYQUEUE_MONITOR_MAX_BANS": 0,
+    "RETRYQUEUE_MONITOR_MAX_DEAD": {kinds.MALFORMED: 0, kinds.POISON: 0, kinds.UNSERIALIZABLE: 0},
+    "RETRYQUEUE_MONITOR_MAX_PENDING": 0,
+    "RETRYQUEUE_MONITOR_MIN_RECOVERY": 0.5,
     #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
     #: Dead-letter lines a crawl logs per kind at their level; past it, one line
@@ -282,11 +297,22 @@ META_ITEM = "retryqueue_item"
 SCRAPY_META_MAX_RETRY_TIMES = "max_retry_times"
 SCRAPY_META_RETRY_TIMES = "retry_times"
 SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"
+#: Scrapy's HttpCacheMiddleware neither answers nor stores a request with it:
+#: set on every re-injected retry, or it would get the cached failure back.
+SCRAPY_META_DONT_CACHE = "dont_cache"
 
 #: Meta keys Scrapy fills in per download; stale on a later attempt.
 TRANSIENT_META_KEYS = frozenset(
     {"download_latency", "download_slot", "download_timeout_reached", META_TASK}
 )
+#: Set by Scrapy's DownloadTimeoutMiddleware from DOWNLOAD_TIMEOUT when the request
+#: has none: not stored when it holds that value, so a later run's setting applies.
+SCRAPY_META_DOWNLOAD_TIMEOUT = "download_timeout"
+#: Set by Scrapy's HttpProxyMiddleware from the environment (http_proxy ...),
+#: which marks it with SCRAPY_META_SCHEME_PROXY: not stored then, so the run that
+#: retries the request takes its own environment's proxy.
+SCRAPY_META_PROXY = "proxy"
+SCRAPY_META_SCHEME_PROXY = "_scheme_proxy"
 
 #: The finish_reason of a crawl that closed with retries pending or writes
 #: spooled (as Scrapy's closespider_* reasons name why a crawl ended).

@@ -26,6 +26,8 @@ from .defaults import (
     ENVELOPE_MAX_DEPTH,
     ENVELOPE_MAX_MS,
     ENVELOPE_VERSION,
+    SCRAPY_META_PROXY,
+    SCRAPY_META_SCHEME_PROXY,
     TRANSIENT_META_KEYS,
 )
 from .encryption import RequestCipher, open_request
@@ -299,19 +301,35 @@ def check_json(value: Any, path: str, _depth: int = 1) -> Any:
     )
 
 
-def request_to_json(request: Request, spider: Any) -> dict[str, Any]:
-    """A request as JSON data; EnvelopeError names what cannot be serialized."""
+def request_to_json(
+    request: Request, spider: Any, *, recomputed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A request as JSON data; EnvelopeError names what cannot be serialized.
+
+    Only the project's own meta travels: what Scrapy fills in per download
+    (TRANSIENT_META_KEYS), private ``_`` keys, a proxy HttpProxyMiddleware took
+    from the environment, and each key of *recomputed* that holds the value a
+    middleware sets by default (``download_timeout`` at DOWNLOAD_TIMEOUT) are
+    left out; the middlewares set them again when the request comes back.
+    """
     try:
         d = request.to_dict(spider=spider)
     except ValueError as exc:
         # Request.to_dict: a callback or errback that is not a method of the spider.
         raise EnvelopeError(f"request callback/errback cannot be stored: {exc}") from None
     out: dict[str, Any] = {"url": d["url"]}
+    raw_meta = d.get("meta") or {}
+    dropped = set(TRANSIENT_META_KEYS)
+    if raw_meta.get(SCRAPY_META_SCHEME_PROXY):
+        dropped.add(SCRAPY_META_PROXY)
+    for key, default in (recomputed or {}).items():
+        if key in raw_meta and raw_meta[key] == default:
+            dropped.add(key)
     meta = {
         k: v
-        for k, v in (d.get("meta") or {}).items()
+        for k, v in raw_meta.items()
         # A non-str key is kept so that check_json reports it by name.
-        if k not in TRANSIENT_META_KEYS and not (isinstance(k, str) and k.startswith("_"))
+        if k not in dropped and not (isinstance(k, str) and k.startswith("_"))
     }
     d["meta"] = check_json(meta, "meta")
     d["cb_kwargs"] = check_json(d.get("cb_kwargs") or {}, "cb_kwargs")

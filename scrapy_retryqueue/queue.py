@@ -30,7 +30,7 @@ from .defaults import (
     QUEUE_BATCH,
 )
 from .envelope import Task
-from .keys import Keys, keys_for
+from .keys import Keys, all_keys, keys_for
 from .recovery import field_name, observation
 from .taskinfo import host_of, taskinfo_value
 from .values import as_text
@@ -46,6 +46,7 @@ SCRIPT_NAMES = (
     "release",
     "retry_now",
     "cancel",
+    "adopt",
 )
 
 
@@ -186,9 +187,10 @@ class RedisDelayedQueue:
         events_maxlen: int = EVENTS_MAXLEN,
         learned_half_life: float = LEARNED_HALF_LIFE,
         learned_max_records: int = LEARNED_MAX_RECORDS,
+        project: str = "",
     ) -> None:
         self.client = client
-        self.keys: Keys = keys_for(spider)
+        self.keys: Keys = keys_for(spider, project)
         self.node_id = node_id
         self.events_maxlen = events_maxlen
         self.learned_half_life_ms = int(learned_half_life * 1000)
@@ -196,6 +198,15 @@ class RedisDelayedQueue:
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
+
+    def adopt_unnamespaced(self) -> int:
+        """Move the spider's queue from the layout without a namespace into the
+        project's, when only the former exists: the keys moved (0: none to adopt;
+        -1: there is one, but the project's queue exists, so it stays where it is)."""
+        if not self.keys.project:
+            return 0
+        old, new = all_keys(keys_for(self.keys.spider)), all_keys(self.keys)
+        return int(self._run("adopt", [*old, *new], [len(old)]))
 
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self._scripts[name](keys=keys, args=args)

@@ -190,6 +190,27 @@ def test_export_jsonl_to_stdout_honours_each_filter(
     assert done.err == ""  # no progress bar when stderr is not a terminal
 
 
+def test_export_into_a_pipe_its_reader_closed_ends_quietly(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    # `scrapy deadletters export | head -1`: the reader goes before the export ends.
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "scrapy.cmdline", "deadletters", "export", "--format"]
+    command += ["jsonl", "--spider", ",".join(pg["spiders"].values())]
+    for name, value in settings.items():
+        command += ["-s", f"{name}={value}"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # before the first row is written: every write fails
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert "error" not in err.lower() and "Traceback" not in err
+
+
 def test_export_takes_the_deferred_kind(
     pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
 ) -> None:

@@ -107,6 +107,7 @@ def run_writer(
         rescan=rescan,
         counters=counters,
         announce=False,  # the line below says it
+        project=config.namespace,
     )
     print(
         f"writer {consumer}: {served} from Redis {redact_url(redis_url)} into "

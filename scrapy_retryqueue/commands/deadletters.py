@@ -353,6 +353,7 @@ class Command(BaseCommand):
             filters,
             node_id=sources.config.node_id,
             events_maxlen=sources.config.events_maxlen,
+            project=sources.config.namespace,
             keep_budget=bool(ns.keep_budget),
             limit=total,
             on_chunk=progress.advance,
@@ -443,7 +444,7 @@ class Command(BaseCommand):
         client = sources.redis()
         spiders = [s for value in ns.spider for s in value.split(",") if s]
         if not spiders:
-            spiders = sorted(view.spiders_with_events(client))
+            spiders = sorted(view.spiders_with_events(client, sources.config.namespace))
         if not spiders:
             raise CommandFailed("no spider has events in Redis", EXIT_NO_MATCH)
         for spider in spiders:
@@ -453,6 +454,7 @@ class Command(BaseCommand):
                 spider,
                 sources.store_config,
                 consumer=f"{sources.config.node_id}:sync",
+                project=sources.config.namespace,
             )
             started = time.monotonic()
             result = sync.drain()

@@ -132,14 +132,27 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
 
 def preflight(config: Config) -> None:
     """Stop the crawl with one error line when its Redis cannot be reached at start."""
-    from ..connection import check_reachable
+    from .. import embedded
+    from ..connection import check_reachable, embedded_dir
     from ..defaults import REDIS_START_TIMEOUT
     from ..exceptions import EmbeddedServerError
     from ..startup import stop_at_start
 
+    # The local state (the spool, and the embedded server's data) needs a
+    # directory with a configured Redis too: found wanting mid-crawl, every
+    # failure would be lost with Scrapy's RetryMiddleware already removed.
+    directory = embedded_dir(config.embedded_dir)
+    try:
+        embedded.check_directory(directory)
+    except EmbeddedServerError as exc:
+        stop_at_start(f"the local state has no directory: {exc}")
+    if config.embedded_dir is None and embedded.user_directory_in_use(directory):
+        logger.info(
+            "scrapy-retryqueue: no scrapy.cfg in reach (as under Scrapyd); local state in %s "
+            "(RETRYQUEUE_EMBEDDED_DIR)",
+            directory,
+        )
     if config.redis_url is None:
-        from .. import embedded
-
         # Whether it can run here at all; it is started when the spider opens,
         # so that building a crawler starts no process.
         try:
@@ -158,6 +171,14 @@ def preflight(config: Config) -> None:
             "set RETRYQUEUE_START_WITHOUT_REDIS = True to crawl anyway and keep failures in "
             "the local spool until Redis answers"
         )
+
+
+def _recomputed_meta(crawler: Crawler) -> dict[str, Any]:
+    """The meta values Scrapy's middlewares set by default in this crawl: a stored
+    request does not keep them, so a later crawl's settings apply to its retry."""
+    from ..defaults import SCRAPY_META_DOWNLOAD_TIMEOUT
+
+    return {SCRAPY_META_DOWNLOAD_TIMEOUT: crawler.settings.getfloat("DOWNLOAD_TIMEOUT")}
 
 
 def runtime_if_any(crawler: Crawler) -> RetryQueueRuntime | None:
@@ -186,6 +207,7 @@ class RetryQueueRuntime:
             fingerprint=self.fingerprint,
             retry_hook=self._build_hook(self.config.retry_hook),
             cooling=self.breaker.cooling,
+            recomputed_meta=_recomputed_meta(crawler),
         )
         #: The domains cooling down (domain -> end of the cooldown, ms), read-only:
         #: a view of the breaker's dict, so empty in a healthy crawl, and a truth
@@ -199,6 +221,9 @@ class RetryQueueRuntime:
         self.closed: defer.Deferred[None] = defer.Deferred()
         #: Fires once open() has finished (connected or not); None before it starts.
         self._opening: defer.Deferred[None] | None = None
+        #: Tasks left in Redis (due or leased) as close() read them after its last
+        #: write; None when it could not (Redis down): the last poll's count stands.
+        self.pending_at_close: int | None = None
 
     def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
         """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
@@ -232,6 +257,7 @@ class RetryQueueRuntime:
                         spider.name,
                         node_id=self.config.node_id,
                         events_maxlen=self.config.events_maxlen,
+                        project=self.config.namespace,
                     )
                 )
         finally:
@@ -268,6 +294,14 @@ class RetryQueueRuntime:
                         len(leases),
                         exc,
                     )
+            if writes.queue is not None and not writes.down:
+                # What is left, read after the last write: the last poll's count
+                # misses what was acked or parked since.
+                with contextlib.suppress(Exception):
+                    counts = await maybe_deferred_to_future(
+                        writes.call(writes.queue.counts, now=now_ms())
+                    )
+                    self.pending_at_close = counts.due + counts.leased
             await writes.shutdown()
             self.reporter.close()
         finally:
@@ -594,9 +628,10 @@ class RetryQueueRuntime:
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
-        from ..defaults import META_TASK, SCRAPY_META_RETRY_TIMES
+        from ..defaults import META_TASK, SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
 
         request.meta[META_TASK] = task_ref(task, token)
+        request.meta[SCRAPY_META_DONT_CACHE] = True
         # Scrapy's count, so a callback's get_retry_request() goes on from it.
         request.meta[SCRAPY_META_RETRY_TIMES] = retries_so_far(task.attempts, request.meta)
         self.reporter.count("retryqueue/reinjected")

@@ -87,9 +87,10 @@ class EventSync:
         batch_size: int = STORE_SETTINGS["RETRYQUEUE_STORE_BATCH_SIZE"],
         claim_idle: float = STORE_SETTINGS["RETRYQUEUE_STORE_CLAIM_IDLE"],
         stats: Stats | None = None,
+        project: str = "",
     ) -> None:
         self.store = store
-        self.stream = EventStream(client, spider, consumer=consumer)
+        self.stream = EventStream(client, spider, consumer=consumer, project=project)
         self.spider = spider
         self.batch_size = batch_size
         self.claim_idle_ms = int(claim_idle * 1000)
