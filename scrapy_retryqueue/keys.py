@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .exceptions import SpiderNameError
 from .values import as_text
 
 PREFIX = "retryqueue"
@@ -71,7 +72,13 @@ def _namespace(spider: str) -> str:
 def keys_for(spider: str) -> Keys:
     """The keys of one spider's namespace: ``retryqueue:{<spider>}:<name>``."""
     if not _usable(spider):
-        raise ValueError(f"spider name {spider!r} cannot be used in a Redis hash tag")
+        shown = (
+            repr(spider) if len(spider) <= 80 else f"{spider[:80]!r}… ({len(spider)} characters)"
+        )
+        raise SpiderNameError(
+            f"spider name {shown} cannot name a queue: it must be non-empty, without "
+            "'{' or '}' (its keys hold it as a Redis hash tag)"
+        )
     base = _namespace(spider)
     return Keys(
         spider=spider,

@@ -35,7 +35,11 @@ def test_malformed_envelopes_are_shown_as_they_are(odd: object) -> None:
 
 
 def test_the_setting_takes_a_list_or_a_comma_separated_string() -> None:
-    assert load_config(Settings()).secret_headers == SECRET
+    assert load_config(Settings()).secret_headers == SECRET | {
+        "x-api-key",
+        "x-auth-token",
+        "api-key",
+    }
     config = load_config(Settings({"RETRYQUEUE_SECRET_HEADERS": "X-Api-Key, Authorization"}))
     assert config.secret_headers == {"x-api-key", "authorization"}
     with pytest.raises(ConfigError, match="RETRYQUEUE_SECRET_HEADERS must be a list"):

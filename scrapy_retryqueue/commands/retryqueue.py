@@ -293,6 +293,10 @@ def listen(host: str, port: int) -> socket.socket:
         raise CommandFailed(
             f"the dashboard cannot listen on {where}: {exc.strerror}", EXIT_CANNOT_LISTEN
         ) from None
+    except (UnicodeError, ValueError) as exc:  # a name the resolver cannot even encode
+        raise CommandFailed(
+            f"the dashboard cannot listen on {where}: {exc}", EXIT_CANNOT_LISTEN
+        ) from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
     try:

@@ -90,7 +90,7 @@ def load_dashboard_config(settings: Any, **overrides: Any) -> DashboardConfig:
             f"RETRYQUEUE_DASHBOARD_PAGE_SIZE must be 1-{MAX_PAGE_SIZE}, got {values['page_size']!r}"
         )
     return DashboardConfig(
-        str(values["host"]),
+        _host(values["host"]),
         port,
         token or None,
         refresh,
@@ -98,6 +98,27 @@ def load_dashboard_config(settings: Any, **overrides: Any) -> DashboardConfig:
         allowed_hosts=_allowed_hosts(_get(settings, "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS")),
         session_ttl=_session_ttl(_get(settings, "RETRYQUEUE_DASHBOARD_SESSION_TTL")),
         secret_headers=secret_headers_setting(settings if settings is not None else {}),
+    )
+
+
+#: One label of a host name (RFC 1123).
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)", re.IGNORECASE)
+
+
+def _host(value: Any) -> str:
+    """RETRYQUEUE_DASHBOARD_HOST (or --host): an IP address or a host name."""
+    host = str(value).strip()
+    try:
+        ipaddress.ip_address(host.strip("[]") if host.startswith("[") else host)
+        return host.strip("[]")
+    except ValueError:
+        pass
+    name = host.removesuffix(".")
+    if name and len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split(".")):
+        return host
+    shown = repr(host) if len(host) <= 80 else f"{host[:80]!r}… ({len(host)} characters)"
+    raise ConfigError(
+        f"RETRYQUEUE_DASHBOARD_HOST (--host) must be an IP address or a host name, got {shown}"
     )
 
 

@@ -115,19 +115,42 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
     if runtime is None:
         runtime = RetryQueueRuntime(crawler)
         if runtime.config.enabled:
-            preflight(runtime.config)
+            preflight(runtime.config, crawler.settings)
         _RUNTIMES[crawler] = runtime
     if not runtime.config.enabled:
         raise NotConfigured("RETRYQUEUE_ENABLED is False")
     return runtime
 
 
-def preflight(config: Config) -> None:
-    """Stop the crawl with one error line when its Redis cannot be reached at start."""
-    from ..connection import check_reachable
+def preflight(config: Config, settings: Any = None) -> None:
+    """Stop the crawl with one error line when its Redis cannot be reached at start,
+    or a path it will write cannot be written."""
+    from ..connection import check_reachable, embedded_dir
     from ..defaults import REDIS_START_TIMEOUT
     from ..exceptions import EmbeddedServerError
     from ..startup import stop_at_start
+    from ..writable import directory_problem, file_problem
+
+    if settings is not None:
+        from ..store.config import load_store_config
+
+        # The store's extension reads them again when it is built; a bad one is
+        # said here, before anything (the project's .scrapy/ folder) is made.
+        try:
+            load_store_config(settings)
+        except ConfigError as exc:
+            stop_at_start(str(exc))
+    if config.audit_log:
+        problem = file_problem(config.audit_log)
+        if problem:
+            stop_at_start(f"RETRYQUEUE_AUDIT_LOG {config.audit_log!r} cannot be written: {problem}")
+    # The spool, the embedded server's data and the SQLite store live there.
+    problem = directory_problem(embedded_dir(config.embedded_dir))
+    if problem:
+        stop_at_start(
+            f"RETRYQUEUE_EMBEDDED_DIR {str(embedded_dir(config.embedded_dir))!r} cannot hold "
+            f"the spool and the embedded server's data: {problem}"
+        )
 
     if config.redis_url is None:
         from .. import embedded
@@ -173,10 +196,15 @@ class RetryQueueRuntime:
         self.writes = WritePath(self.config, self.reporter)
         self.breaker = DomainBreaker(self.config, self.writes, self.reporter)
         self.leases = Leases(self.config)
+        try:
+            hook = self._build_hook(self.config.retry_hook)
+        except ConfigError as exc:
+            logger.error("scrapy-retryqueue: %s", exc)
+            raise mark_logged(exc) from None
         self.planner = Planner(
             self.config,
             fingerprint=self.fingerprint,
-            retry_hook=self._build_hook(self.config.retry_hook),
+            retry_hook=hook,
             cooling=self.breaker.cooling,
         )
         #: The domains cooling down (domain -> end of the cooldown, ms), read-only:
@@ -198,10 +226,17 @@ class RetryQueueRuntime:
             return hook
         from scrapy.utils.misc import build_from_crawler
 
-        instance = build_from_crawler(hook, self.crawler)
+        try:
+            instance = build_from_crawler(hook, self.crawler)
+        except Exception as exc:
+            raise ConfigError(
+                f"RETRYQUEUE_RETRY_HOOK {hook.__module__}.{hook.__qualname__} could not be "
+                f"built: {type(exc).__name__}: {exc}"
+            ) from None
         if not callable(instance):
             raise ConfigError(
-                f"RETRYQUEUE_RETRY_HOOK {hook!r} builds an object that is not callable "
+                f"RETRYQUEUE_RETRY_HOOK {hook.__module__}.{hook.__qualname__} builds an object "
+                "that is not callable "
                 f"(it needs a __call__(request, decision) method)"
             )
         return instance
