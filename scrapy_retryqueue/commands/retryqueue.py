@@ -23,7 +23,7 @@ import errno
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
 from ._common import (
@@ -37,6 +37,7 @@ from ._common import (
 from ._common import Command as BaseCommand
 
 if TYPE_CHECKING:
+    from ..dashboard.settings import DashboardConfig
     from ..sources import Sources
 
 _HOST = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_HOST"]
@@ -243,9 +244,7 @@ class Command(BaseCommand):
         sock = listen(config.host, config.port)
         try:
             app = create_app(settings, config=config)
-            server = uvicorn.Server(
-                uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
-            )
+            server = uvicorn.Server(server_config(app, config))
             port = sock.getsockname()[1]
             mode = "actions need the token" if config.token else "read-only: no token"
             host = f"[{config.host}]" if ":" in config.host else config.host
@@ -276,6 +275,22 @@ class Command(BaseCommand):
             consumer=consumer,
             log_to_stderr=not self.settings.getbool("LOG_ENABLED"),
         )
+
+
+def server_config(app: Any, config: DashboardConfig) -> Any:
+    """The uvicorn configuration the dashboard is served with."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        # uvicorn would believe X-Forwarded-For from loopback by default: a client
+        # there could take a fresh address per wrong token, or somebody else's. The
+        # app reads it itself, from RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES only.
+        proxy_headers=False,
+    )
 
 
 def listen(host: str, port: int) -> socket.socket:

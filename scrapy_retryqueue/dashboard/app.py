@@ -33,6 +33,7 @@ from ..defaults import TASK_STATUSES
 from ..store.queries import is_number
 from .auth import Sessions, WrongTokens, same
 from .backend import ACTIONS, FILTER_NAMES, SORTABLE, Backend, DashboardError, parse_filters
+from .clients import ClientResolver
 from .hosts import AllowedHosts, HostCheck
 from .settings import MAX_PAGE_SIZE, DashboardConfig, load_dashboard_config
 
@@ -222,8 +223,14 @@ def create_app(
     def signed_in(request: Request) -> bool:
         return config.token is not None and sessions.valid(request.cookies.get(SESSION_COOKIE))
 
+    client_resolver = ClientResolver(config.trusted_proxies)
+
     def client_of(request: Request) -> str:
-        return request.client.host if request.client else "?"
+        # Behind a listed proxy, the address it forwarded; else the connection's own.
+        return client_resolver(
+            request.client.host if request.client else None,
+            request.headers.getlist("x-forwarded-for"),
+        )
 
     def token_is_right(request: Request, given: str) -> bool:
         """Check a token; a client that sent too many wrong ones waits first (429)."""

@@ -31,6 +31,8 @@ class DashboardConfig:
     allowed_hosts: tuple[str, ...] = ()
     #: Seconds a sign-in lasts.
     session_ttl: float = defaults.SETTINGS["RETRYQUEUE_DASHBOARD_SESSION_TTL"]
+    #: RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES: whose X-Forwarded-For is believed.
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     #: RETRYQUEUE_SECRET_HEADERS: header values no page or API answer shows.
     secret_headers: frozenset[str] = frozenset(
         name.lower() for name in defaults.SETTINGS["RETRYQUEUE_SECRET_HEADERS"]
@@ -97,6 +99,7 @@ def load_dashboard_config(settings: Any, **overrides: Any) -> DashboardConfig:
         page_size,
         allowed_hosts=_allowed_hosts(_get(settings, "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS")),
         session_ttl=_session_ttl(_get(settings, "RETRYQUEUE_DASHBOARD_SESSION_TTL")),
+        trusted_proxies=_trusted_proxies(_get(settings, "RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES")),
         secret_headers=secret_headers_setting(settings if settings is not None else {}),
     )
 
@@ -142,6 +145,29 @@ def _allowed_hosts(value: Any) -> tuple[str, ...]:
             )
         hosts.append(host)
     return tuple(hosts)
+
+
+def _trusted_proxies(value: Any) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    name = "RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES"
+    if isinstance(value, str):  # -s on the command line: comma-separated
+        value = value.split(",")
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(
+        isinstance(v, str) for v in value
+    ):
+        raise ConfigError(f"{name} must be a list of IP addresses or networks, got {value!r}")
+    networks = []
+    for entry in value:
+        if not entry.strip():
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry.strip().strip("[]"), strict=False))
+        except ValueError:
+            shown = repr(entry) if len(entry) <= 80 else f"{entry[:80]!r}…"
+            raise ConfigError(
+                f"{name} entries must be IP addresses or networks like 10.0.0.0/8 (a proxy's "
+                f"address, not its name), got {shown}"
+            ) from None
+    return tuple(networks)
 
 
 def _session_ttl(value: Any) -> float:
