@@ -23,7 +23,8 @@ from sqlalchemy import and_, func, select
 
 from .. import events, view
 from ..config import kinds_setting, secret_headers_setting
-from ..exceptions import ConfigError, RetryQueueError
+from ..exceptions import ConfigError, RetryQueueError, SpiderNameError
+from ..keys import keys_for
 from ..kinds import BUILTIN_TABLE
 from ..redact import mask_envelope, mask_request
 from ..sources import Sources
@@ -253,7 +254,9 @@ class Backend:
             )
         try:
             spiders = [check_text("spider", name.strip()) for name in spiders]
-        except FilterError as exc:
+            for name in spiders:
+                keys_for(name)  # a name no queue can have: said, not a server error
+        except (FilterError, SpiderNameError) as exc:
             raise DashboardError(str(exc)) from None
         status = collect(self.redis, self.store, spiders, top=10)
         client, db, notes = status.client, status.history, status.notes
