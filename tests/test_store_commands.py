@@ -690,11 +690,12 @@ def test_export_masks_secret_headers_unless_include_secrets_is_given(
     assert request["headers"] == [
         ["Authorization", "***"],
         ["cookie", "***"],
-        ["X-Api-Key", "key-456"],  # not in RETRYQUEUE_SECRET_HEADERS
+        ["X-Api-Key", "***"],  # in the default RETRYQUEUE_SECRET_HEADERS
         ["Accept", "text/html"],
     ]
     assert request["cookies"] == {"session": "***"}
     assert "tok-123" not in masked.out and "session=abc" not in masked.out
+    assert "key-456" not in masked.out
     # The other rows are exported as they are.
     assert exported_request(masked.out, pg["ids"]["r6"], fmt)["url"] == "https://shop.example/d"
 

@@ -26,7 +26,7 @@ from ..config import kinds_setting, secret_headers_setting
 from ..exceptions import ConfigError, RetryQueueError, SpiderNameError
 from ..keys import keys_for
 from ..kinds import BUILTIN_TABLE
-from ..redact import mask_envelope, mask_request
+from ..redact import mask_envelope, mask_request, mask_url_passwords
 from ..sources import Sources
 from ..status import collect, local_midnight
 from ..store import actions
@@ -186,10 +186,18 @@ def parse_filters(
     return filters
 
 
+#: Columns that may quote a URL, and so its password (masked as the envelope's).
+_URL_COLUMNS = frozenset({"url", "first_error_message", "last_error_message"})
+
+
 def _row(row: Any) -> dict[str, Any]:
     out = {}
     for name, value in row._mapping.items():
-        out[name] = _iso(value) if isinstance(value, datetime) else value
+        if isinstance(value, datetime):
+            value = _iso(value)
+        elif name in _URL_COLUMNS:
+            value = mask_url_passwords(value)
+        out[name] = value
     return out
 
 
@@ -678,10 +686,12 @@ def _header_rows(headers: Any) -> list[list[str]]:
     RETRYQUEUE_ENCRYPTION_KEYS (one string, not pairs) as a single row saying so."""
     if isinstance(headers, str):
         return [["(all headers)", headers]]
+    if isinstance(headers, Mapping):  # not this package's shape: a hostile or older writer's
+        headers = [[name, *(v if isinstance(v, list) else [v])] for name, v in headers.items()]
     if not isinstance(headers, list):
         return []
     return [
-        [str(pair[0]), str(pair[1])]
+        [str(pair[0]), ", ".join(str(v) for v in pair[1:])]
         for pair in headers
-        if isinstance(pair, (list, tuple)) and len(pair) == 2
+        if isinstance(pair, (list, tuple)) and len(pair) >= 2
     ]
