@@ -77,7 +77,7 @@ def check_database_url(url: Any, *, name: str = "RETRYQUEUE_DATABASE_URL") -> st
         # An in-memory database is one per connection: the writer's rows would
         # vanish, and nobody else (the commands, the dashboard) could read them.
         raise ConfigError(
-            f"{name} must name a SQLite file (sqlite:///path/to/store.sqlite3), got {url!r}"
+            f"{name} must name a SQLite file (sqlite:///path/to/store.sqlite3), got {redact_url(url)!r}"
         )
     return url
 
