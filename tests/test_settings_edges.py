@@ -284,3 +284,16 @@ def test_shown_bounds_any_value() -> None:
     assert "nested too deeply" in shown(deep)
     assert shown("x" * 1000).endswith("(1002 characters)")
     assert shown("ok") == "'ok'"
+
+
+def test_a_command_warns_of_a_misspelt_setting(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "server", "status",
+         "-s", f"RETRYQUEUE_EMBEDDED_DIR={tmp_path}", "-s", "RETRYQUEUE_DASHBOARD_TOKN=x"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.splitlines() == [
+        "warning: 'RETRYQUEUE_DASHBOARD_TOKN' is not a scrapy-retryqueue setting; did you "
+        "mean RETRYQUEUE_DASHBOARD_TOKEN?"
+    ]
