@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = Path(__file__).resolve().parent
+#: The namespace of the demo project's Redis keys: its BOT_NAME (RETRYQUEUE_NAMESPACE).
+NAMESPACE = "demo"
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue.keys import keys_for  # noqa: E402
+from scrapy_retryqueue.keys import all_keys, keys_for  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -120,7 +122,7 @@ class Writer:
     def wait_caught_up(self, client: Any, spider: str, timeout: float = 120) -> bool:
         """Wait until every event of *spider* is written and acknowledged, and its dead
         letters left Redis; False when that did not happen within *timeout*."""
-        keys = keys_for(spider)
+        keys = keys_for(spider, NAMESPACE)
         events, dead = keys.events, keys.dead
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -275,7 +277,7 @@ def run_fleet(
             if info["expected"].startswith("dead:")
         }
         events: dict[str, list[str]] = {}
-        for _, fields in client.xrange(keys_for(spider).events):
+        for _, fields in client.xrange(keys_for(spider, NAMESPACE).events):
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
             for task_id in decoded.get("ids", decoded.get("id", "")).split():
                 events.setdefault(task_id, []).append(decoded["type"])
@@ -284,7 +286,7 @@ def run_fleet(
         if store_writer is not None and store_writer.process is not None:
             store_writer.kill()
         client.delete(
-            *client.keys(f"retryqueue:{{{spider}}}:*") or [f"{spider}:none"],
+            *all_keys(keys_for(spider, NAMESPACE)),
             f"{spider}:requests",
             f"{spider}:dupefilter",
         )

@@ -79,11 +79,16 @@ class Config:
     max_reclaims: int
     priority_adjust: int
     node_id: str
+    #: The project's namespace in the Redis keys (RETRYQUEUE_NAMESPACE, else
+    #: BOT_NAME when the project sets it); "" for keys without one.
+    namespace: str
     events_maxlen: int
     audit_log: str | None
     audit_rotation: str
     audit_retention: str
     embedded_dir: str | None
+    #: Keep the embedded server when the crawl ends (RETRYQUEUE_EMBEDDED_KEEP).
+    embedded_keep: bool
     forbidden_log_level: int
     #: Kind -> level of its dead letters' log line (its record's dead_log_level,
     #: a "setting:NAME" one read from that setting).
@@ -117,6 +122,12 @@ class Config:
     #: Said once at start as WARNING lines: RETRY_* values honoured differently
     #: (scrapycompat.py), RETRYQUEUE_* names that are no setting (a misspelling).
     notices: tuple[str, ...]
+    #: The learned recovery records (recovery.py): kept at all, their weights'
+    #: half-life (s), how many per spider, how often a learning strategy reads them (s).
+    learned_stats: bool = True
+    learned_half_life: float = defaults.LEARNED_HALF_LIFE
+    learned_max_records: int = defaults.LEARNED_MAX_RECORDS
+    learned_refresh: float = defaults.LEARNED_REFRESH
 
 
 def raw_setting(settings: Any, name: str) -> Any:
@@ -546,6 +557,27 @@ def _log_level(settings: Any, name: str) -> int:
     return level
 
 
+def namespace_setting(settings: Any) -> str:
+    """RETRYQUEUE_NAMESPACE; when None, the project's BOT_NAME (as a namespace can
+    hold it), unless BOT_NAME is Scrapy's default: then "" (no namespace)."""
+    from .keys import project_name, usable_project
+
+    name = "RETRYQUEUE_NAMESPACE"
+    value = raw_setting(settings, name)
+    if value is None:
+        get_priority = getattr(settings, "getpriority", None)
+        bot = settings.get("BOT_NAME")
+        if get_priority is None or not bot or (get_priority("BOT_NAME") or 0) <= 0:
+            return ""
+        return project_name(str(bot))
+    if not isinstance(value, str) or not usable_project(value):
+        raise ConfigError(
+            f"{name} must be 1-64 letters, digits, '_', '.' or '-' (or '' for keys without "
+            f"a namespace), got {value!r}"
+        )
+    return value
+
+
 def _optional_str(settings: Any, name: str) -> str | None:
     value = raw_setting(settings, name)
     if value is None or value == "":
@@ -664,7 +696,7 @@ def load_config(settings: Any) -> Config:
             f"RETRYQUEUE_COOLDOWN_MAX ({cooldown_max}) is below "
             f"RETRYQUEUE_COOLDOWN_BASE ({cooldown_base})"
         )
-    return Config(
+    config = Config(
         enabled=bool_setting(settings, "RETRYQUEUE_ENABLED"),
         redis_url=redis_url_from_settings(settings),
         redis_url_setting=redis_url_setting_name(settings),
@@ -694,11 +726,13 @@ def load_config(settings: Any) -> Config:
         max_reclaims=number_setting(settings, "RETRYQUEUE_MAX_RECLAIMS", whole=True),
         priority_adjust=int(priority_adjust),
         node_id=node_id,
+        namespace=namespace_setting(settings),
         events_maxlen=number_setting(settings, "RETRYQUEUE_EVENTS_MAXLEN", minimum=1, whole=True),
         audit_log=_optional_str(settings, "RETRYQUEUE_AUDIT_LOG"),
         audit_rotation=str(raw_setting(settings, "RETRYQUEUE_AUDIT_ROTATION")),
         audit_retention=str(raw_setting(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
+        embedded_keep=bool_setting(settings, "RETRYQUEUE_EMBEDDED_KEEP"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
         dead_log_levels=_dead_log_levels(settings, kind_table),
         dead_log_limit=number_setting(settings, "RETRYQUEUE_DEAD_LOG_LIMIT", whole=True),
@@ -724,6 +758,75 @@ def load_config(settings: Any) -> Config:
             kind for kind, fields in own_policy_fields(settings).items() if "max_retries" in fields
         ),
         notices=(*scrapy_retry.notices, *unknown_settings(_setting_names(settings))),
+        learned_stats=bool_setting(settings, "RETRYQUEUE_LEARNED_STATS"),
+        learned_half_life=float(
+            number_setting(settings, "RETRYQUEUE_LEARNED_HALF_LIFE", strict=True, finite=True)
+        ),
+        learned_max_records=number_setting(
+            settings, "RETRYQUEUE_LEARNED_MAX_RECORDS", minimum=1, whole=True
+        ),
+        learned_refresh=float(
+            number_setting(settings, "RETRYQUEUE_LEARNED_REFRESH", strict=True, finite=True)
+        ),
+    )
+    # Read only by LearnedBackoff and the Spidermon monitors (at the crawl's
+    # end), but said at start like the others: a crawl must not run for hours
+    # to learn that its alert threshold is not a number.
+    learned_backoff_settings(settings)
+    monitor_thresholds(settings)
+    return config
+
+
+def learned_backoff_settings(settings: Any) -> tuple[float, float]:
+    """(RETRYQUEUE_LEARNED_ATTEMPT_COST, RETRYQUEUE_LEARNED_MIN_OUTAGES), checked."""
+    cost = number_setting(settings, "RETRYQUEUE_LEARNED_ATTEMPT_COST", strict=True, finite=True)
+    outages = number_setting(
+        settings,
+        "RETRYQUEUE_LEARNED_MIN_OUTAGES",
+        minimum=1,
+        finite=True,
+        maximum=defaults.SETTING_INT_MAX,
+    )
+    return float(cost), float(outages)
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorThresholds:
+    """The Spidermon monitors' thresholds (RETRYQUEUE_MONITOR_*, monitors.py)."""
+
+    max_bans: int
+    #: Kind (or "*", every kind not named) -> most dead letters.
+    max_dead: Mapping[str, int]
+    max_pending: int
+    #: Share (0 to 1) of retried failures that must recover.
+    min_recovery: float
+
+
+def monitor_thresholds(settings: Any) -> MonitorThresholds:
+    """RETRYQUEUE_MONITOR_*, checked: whole numbers >= 0 (at most what a setting
+    holds), and a share from 0 to 1."""
+    name = "RETRYQUEUE_MONITOR_MAX_DEAD"
+    value = _maybe_json(name, raw_setting(settings, name))
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a dict of kind -> most dead letters, got {shown(value)}")
+    max_dead = {}
+    for kind, limit in value.items():
+        if (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not 0 <= limit <= defaults.SETTING_INT_MAX
+        ):
+            raise ConfigError(
+                f"{name}[{shown(kind, 80)}] must be a whole number from 0 to "
+                f"{defaults.SETTING_INT_MAX}, got {shown(limit)}"
+            )
+        max_dead[str(kind)] = limit
+    minimum = number_setting(settings, "RETRYQUEUE_MONITOR_MIN_RECOVERY", maximum=1)
+    return MonitorThresholds(
+        max_bans=number_setting(settings, "RETRYQUEUE_MONITOR_MAX_BANS", whole=True),
+        max_dead=max_dead,
+        max_pending=number_setting(settings, "RETRYQUEUE_MONITOR_MAX_PENDING", whole=True),
+        min_recovery=float(minimum),
     )
 
 

@@ -25,6 +25,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
+from . import embedded
 from .config import Config, config_for, redact_url
 from .connection import client_for, embedded_dir
 from .defaults import STORE_FINAL_FLUSH_MAX
@@ -36,6 +37,8 @@ from .store.config import StoreConfig, load_store_config, sqlite_path
 from .writable import file_problem
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
@@ -69,6 +72,8 @@ class RetryQueueStoreExtension:
         #: time.monotonic() by which the closing writes end (RETRYQUEUE_STORE_CLOSE_TIMEOUT).
         self._close_deadline: float | None = None
         self._thread: threading.Thread | None = None
+        #: The embedded server's directory while the writer holds it (embedded.hold).
+        self._held_server: Path | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
@@ -103,9 +108,12 @@ class RetryQueueStoreExtension:
 
     def _open_redis(self) -> Any:
         # In the writer's thread: it may start the embedded server (blocking).
-        client, _ = client_for(
-            self.config, embedded_directory=embedded_dir(self.config.embedded_dir)
-        )
+        directory = embedded_dir(self.config.embedded_dir)
+        if self.config.redis_url is None and self._held_server is None:
+            # The final flush still reads it after the queue let go of it.
+            embedded.hold(directory, keep=self.config.embedded_keep)
+            self._held_server = directory
+        client, _ = client_for(self.config, embedded_directory=directory)
         return client
 
     def make_service(self, spider_name: str) -> WriterService:
@@ -120,6 +128,7 @@ class RetryQueueStoreExtension:
             consumer=self.config.node_id,
             spiders=[spider_name],
             counters=Counters(forward=self.stats.inc_value),
+            project=self.config.namespace,
         )
         return self.service
 
@@ -195,3 +204,6 @@ class RetryQueueStoreExtension:
                 self.spider_name,
             )
         self.service.close()
+        if self._held_server is not None:
+            directory, self._held_server = self._held_server, None
+            embedded.let_go(directory, keep=self.config.embedded_keep)

@@ -49,6 +49,18 @@ REFUSED = [
     ("REDIS_PARAMS", {"bogus_key": 1}, ["'bogus_key'"]),
     ("REDIS_PARAMS", {"socket_timeot": 1}, ["'socket_timeot'", "did you mean 'socket_timeout'"]),
     ("RETRYQUEUE_ENABLED", "maybe", ["'maybe'"]),
+    # Settings of the learned recovery times, the Spidermon monitors, the namespace.
+    ("RETRYQUEUE_LEARNED_HALF_LIFE", "1e400", ["got inf"]),
+    ("RETRYQUEUE_LEARNED_REFRESH", 1e12, ["<= 1000000000"]),
+    ("RETRYQUEUE_LEARNED_MAX_RECORDS", 2**60, ["<= 9007199254740991"]),
+    ("RETRYQUEUE_LEARNED_ATTEMPT_COST", 1e300, ["<= 1000000000"]),
+    ("RETRYQUEUE_LEARNED_MIN_OUTAGES", 0.5, [">= 1"]),
+    ("RETRYQUEUE_MONITOR_MAX_BANS", 2**60, ["<= 9007199254740991"]),
+    ("RETRYQUEUE_MONITOR_MAX_PENDING", "lots", ["'lots'"]),
+    ("RETRYQUEUE_MONITOR_MIN_RECOVERY", 1.5, ["<= 1"]),
+    ("RETRYQUEUE_MONITOR_MAX_DEAD", {"timeout": 2**60}, ["'timeout'", str(2**60)]),
+    ("RETRYQUEUE_MONITOR_MAX_DEAD", DEEP_JSON, ["nested too deeply"]),
+    ("RETRYQUEUE_NAMESPACE", "a:b", ["'a:b'"]),
 ]
 
 
@@ -137,6 +149,30 @@ def test_a_dashboard_host_that_is_an_address_or_a_name(host: str) -> None:
 def test_a_spider_name_no_queue_can_have_is_the_packages_error(spider: str) -> None:
     with pytest.raises(SpiderNameError, match="cannot name a queue"):
         keys_for(spider)
+    with pytest.raises(SpiderNameError, match="cannot name a queue"):
+        keys_for(spider, "proj")
+
+
+def test_a_namespace_no_key_can_hold_is_a_setting_error() -> None:
+    # A spider name is checked first; a namespace is RETRYQUEUE_NAMESPACE's.
+    with pytest.raises(ConfigError, match=r"RETRYQUEUE_NAMESPACE") as info:
+        keys_for("spider", "p" * 5000)
+    assert "(5000 characters)" in str(info.value) and len(str(info.value)) < 300
+    assert keys_for("spider", "proj").due == "retryqueue:proj:{spider}:due"
+
+
+def test_the_per_user_directory_without_scrapy_cfg_is_accepted_and_proc_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scrapy_retryqueue import embedded
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    fallback = embedded.user_directory("proj")
+    # Not made yet: its nearest existing part is a writable directory, and looking made nothing.
+    assert directory_problem(fallback) is None
+    assert not (tmp_path / "data").exists()
+    monkeypatch.setenv("XDG_DATA_HOME", "/proc/self")
+    assert "proc" in (directory_problem(embedded.user_directory("proj")) or "")
 
 
 @pytest.mark.parametrize(
