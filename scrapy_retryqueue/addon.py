@@ -6,6 +6,7 @@ Scrapy imports each one when it builds the crawl.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from scrapy.utils.misc import load_object
@@ -18,7 +19,11 @@ from .defaults import (
     STATUS_KINDS,
     STORE_EXTENSION_ORDER,
 )
+from .exceptions import ConfigError
 from .kinds import BUILTIN_BY_NAME
+from .startup import mark_logged
+
+logger = logging.getLogger(__name__)
 
 STOCK_RETRY_MIDDLEWARE = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 _PACKAGE = "scrapy_retryqueue"
@@ -80,7 +85,13 @@ class Addon:
     extension, and the store writer (failure history and dead letters in SQL)."""
 
     def update_settings(self, settings: Any) -> None:
-        if not bool_setting(settings, "RETRYQUEUE_ENABLED"):
+        try:
+            enabled = bool_setting(settings, "RETRYQUEUE_ENABLED")
+        except ConfigError as exc:
+            # One line, no traceback after it (see startup.py): the crawl stops.
+            logger.error("scrapy-retryqueue: %s", exc)
+            raise mark_logged(exc) from None
+        if not enabled:
             return  # Scrapy's own RetryMiddleware stays in charge
         # Disabled by its import path, the key Scrapy's base setting uses: Scrapy
         # 2.13 does not match a class key against a path key when merging.

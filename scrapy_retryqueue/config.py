@@ -10,12 +10,14 @@ the dashboard's settings. Defaults come from :mod:`scrapy_retryqueue.defaults`.
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
 import json
 import logging
 import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from .encryption import RequestCipher
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: What every setting of the package starts with.
+SETTING_PREFIX = "RETRYQUEUE_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,8 @@ class Config:
     scrapy_retry_times: int
     #: Kinds whose max_retries RETRYQUEUE_POLICIES sets: RETRY_TIMES does not cap them.
     own_budget_kinds: frozenset[str]
-    #: RETRY_* values honoured differently, said once at start (scrapycompat.py).
+    #: Said once at start as WARNING lines: RETRY_* values honoured differently
+    #: (scrapycompat.py), RETRYQUEUE_* names that are no setting (a misspelling).
     notices: tuple[str, ...]
     #: The learned recovery records (recovery.py): kept at all, their weights'
     #: half-life (s), how many per spider, how often a learning strategy reads them (s).
@@ -137,8 +142,45 @@ def _maybe_json(name: str, value: Any) -> Any:
         try:
             return json.loads(value)
         except ValueError:
-            raise ConfigError(f"{name} must be a dict (or its JSON text), got {value!r}") from None
+            raise ConfigError(
+                f"{name} must be a dict (or its JSON text), got {shown(value)}"
+            ) from None
+        except RecursionError:
+            raise ConfigError(
+                f"{name} is nested too deeply to be read ({len(value)} characters of JSON)"
+            ) from None
     return value
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """*value*'s repr for an error line: at most *limit* characters, however
+    deep or long the value (a repr of a value nested thousands deep would fail)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to show>"
+    if len(text) > limit:
+        return f"{text[:limit]}… ({len(text)} characters)"
+    return text
+
+
+def unknown_settings(names: Iterable[Any]) -> list[str]:
+    """One notice per RETRYQUEUE_* name of *names* that is no setting, naming the
+    closest known one: a misspelt setting would otherwise be ignored without a word.
+
+    The known names are :data:`defaults.SETTINGS`' keys, so a setting added
+    there is known here at once.
+    """
+    # Compared without the prefix every name shares, which would make any two close.
+    known = {name.removeprefix(SETTING_PREFIX): name for name in defaults.SETTINGS}
+    notices = []
+    for name in sorted({n for n in names if isinstance(n, str)}):
+        if not name.startswith(SETTING_PREFIX) or name in defaults.SETTINGS:
+            continue
+        close = difflib.get_close_matches(name.removeprefix(SETTING_PREFIX), known, 1, 0.7)
+        hint = f"; did you mean {known[close[0]]}?" if close else "; it is not read"
+        notices.append(f"{shown(name, 80)} is not a scrapy-retryqueue setting{hint}")
+    return notices
 
 
 def number_setting(
@@ -149,10 +191,18 @@ def number_setting(
     strict: bool = False,
     whole: bool = False,
     finite: bool = False,
+    maximum: float | None = None,
 ) -> Any:
     """A numeric setting; ConfigError names it and shows the value when it is not
-    a number (NaN included), not whole when *whole*, infinite when *finite*, or
-    below *minimum* (or equal to it when *strict*)."""
+    a number (NaN included), not whole when *whole*, infinite when *finite*,
+    below *minimum* (or equal to it when *strict*), or above *maximum*.
+
+    *maximum* defaults to what Redis and the databases take: a whole number at
+    most :data:`defaults.SETTING_INT_MAX`, any other (seconds) at most
+    :data:`defaults.SETTING_SECONDS_MAX`. An infinite value is above it.
+    """
+    if maximum is None:
+        maximum = defaults.SETTING_INT_MAX if whole else defaults.SETTING_SECONDS_MAX
     value = raw_setting(settings, name)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
@@ -168,10 +218,13 @@ def number_setting(
         or (finite and math.isinf(value))
     ):
         kind = "a whole number" if whole else "a number"
-        raise ConfigError(f"{name} must be {kind}, got {value!r}")
+        raise ConfigError(f"{name} must be {kind}, got {shown(value)}")
     if value < minimum or (strict and value == minimum):
         op = ">" if strict else ">="
         raise ConfigError(f"{name} must be {op} {minimum:g}, got {value!r}")
+    if value > maximum:
+        bound = f"{maximum:.17g}" if isinstance(maximum, float) else str(maximum)
+        raise ConfigError(f"{name} must be <= {bound}, got {value!r}")
     return value
 
 
@@ -181,7 +234,7 @@ def bool_setting(settings: Any, name: str) -> bool:
         return value
     if isinstance(value, (int, str)) and str(value).strip().lower() in {"0", "1", "true", "false"}:
         return str(value).strip().lower() in {"1", "true"}
-    raise ConfigError(f"{name} must be True or False, got {value!r}")
+    raise ConfigError(f"{name} must be True or False, got {shown(value)}")
 
 
 def kinds_setting(settings: Any) -> KindTable:
@@ -234,8 +287,15 @@ def _policies(
         )
     per_domain: dict[str, dict[str, Policy]] = {}
     for domain, per_kind in per_domain_raw.items():
-        if not isinstance(domain, str) or not domain or "/" in domain:
-            raise ConfigError(f"{dname} keys must be host names like 'example.com', got {domain!r}")
+        if (
+            not isinstance(domain, str)
+            or not domain.strip(".")
+            or any(c in domain for c in "/@ ")
+            or len(domain) > 253
+        ):
+            raise ConfigError(
+                f"{dname} keys must be host names like 'example.com', got {shown(domain, 80)}"
+            )
         if not isinstance(per_kind, Mapping):
             raise ConfigError(
                 f"{dname}[{domain!r}] must be a dict of kind -> policy, got {per_kind!r}"
@@ -325,7 +385,28 @@ def redis_url_from_settings(settings: Any) -> str | None:
         raise ConfigError(
             f"{name} must be a redis://, rediss:// or unix:// URL, got {redact_url(str(url))!r}"
         )
+    problem = _redis_url_problem(url)
+    if problem:
+        raise ConfigError(f"{name} {redact_url(url)!r}: {problem}")
     return url
+
+
+def _redis_url_problem(url: str) -> str | None:
+    """What redis-py would refuse in a redis:// URL (a port or database that is no
+    number), said at start rather than as a traceback when the client is made."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return None if parts.path else "a unix:// URL needs the socket's path"
+    try:
+        port = parts.port
+    except ValueError:
+        return "its port is not a number 0-65535"
+    if port is not None and not 0 < port <= 65535:
+        return "its port is not a number 1-65535"
+    database = parts.path.strip("/")
+    if database and not (database.isascii() and database.isdigit()):
+        return f"its database ({shown(database, 40)}) is not a number"
+    return None
 
 
 def _redis_address(settings: Any) -> tuple[Any, str]:
@@ -365,7 +446,7 @@ def scrapy_redis_params(settings: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ConfigError(
                 f"{name} must be a dict of redis-py client arguments (or its JSON text); "
                 "the text given is not valid JSON"
@@ -374,7 +455,42 @@ def scrapy_redis_params(settings: Any) -> dict[str, Any]:
         raise ConfigError(
             f"{name} must be a dict of redis-py client arguments, got a {type(value).__name__}"
         )
+    unknown = sorted(str(key)[:80] for key in value if key not in _redis_client_arguments())
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(_redis_client_arguments()), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"{name} names {', '.join(map(repr, unknown[:5]))}, not an argument of redis-py's "
+            f"client or connection{hint}"
+        )
     return dict(value)
+
+
+@functools.cache
+def _redis_client_arguments() -> frozenset[str]:
+    """The keyword arguments redis-py's clients and connections take (REDIS_PARAMS
+    reaches the client, its connection pool and its connections), and
+    scrapy-redis's own ``url`` and ``redis_cls``."""
+    import inspect
+
+    import redis
+    from redis import connection
+
+    names = {"url", "redis_cls"}
+    for function in (
+        redis.Redis.__init__,
+        redis.RedisCluster.__init__,
+        connection.ConnectionPool.__init__,
+        connection.AbstractConnection.__init__,
+        connection.Connection.__init__,
+        connection.SSLConnection.__init__,
+        connection.UnixDomainSocketConnection.__init__,
+    ):
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+                names.add(parameter.name)
+    names.discard("self")
+    return frozenset(names)
 
 
 def scrapy_redis_client_settings(settings: Any) -> dict[str, Any]:
@@ -471,6 +587,19 @@ def _optional_str(settings: Any, name: str) -> str | None:
     return os.fspath(value)
 
 
+def _node_id(settings: Any) -> str | None:
+    name = "RETRYQUEUE_NODE_ID"
+    value = _optional_str(settings, name)
+    if value is None:
+        return None
+    if len(value) > defaults.NODE_ID_MAX or not value.isprintable():
+        raise ConfigError(
+            f"{name} must be at most {defaults.NODE_ID_MAX} printable characters (it names the "
+            f"node's spool file), got {shown(value, 60)}"
+        )
+    return value
+
+
 def _retry_hook(settings: Any) -> Any:
     name = "RETRYQUEUE_RETRY_HOOK"
     value = raw_setting(settings, name)
@@ -544,9 +673,7 @@ def load_config(settings: Any) -> Config:
         max_in_flight = int(settings.getint("CONCURRENT_REQUESTS", concurrency) or concurrency)
     else:
         max_in_flight = number_setting(settings, "RETRYQUEUE_MAX_IN_FLIGHT", minimum=1, whole=True)
-    node_id = (
-        _optional_str(settings, "RETRYQUEUE_NODE_ID") or f"{socket.gethostname()}:{os.getpid()}"
-    )
+    node_id = _node_id(settings) or f"{socket.gethostname()}:{os.getpid()}"
     poll = number_setting(settings, "RETRYQUEUE_POLL_INTERVAL", strict=True)
     lease = number_setting(settings, "RETRYQUEUE_LEASE_TIME", strict=True)
     if lease < 3 * poll:
@@ -569,7 +696,7 @@ def load_config(settings: Any) -> Config:
             f"RETRYQUEUE_COOLDOWN_MAX ({cooldown_max}) is below "
             f"RETRYQUEUE_COOLDOWN_BASE ({cooldown_base})"
         )
-    return Config(
+    config = Config(
         enabled=bool_setting(settings, "RETRYQUEUE_ENABLED"),
         redis_url=redis_url_from_settings(settings),
         redis_url_setting=redis_url_setting_name(settings),
@@ -630,7 +757,7 @@ def load_config(settings: Any) -> Config:
         own_budget_kinds=frozenset(
             kind for kind, fields in own_policy_fields(settings).items() if "max_retries" in fields
         ),
-        notices=tuple(scrapy_retry.notices),
+        notices=(*scrapy_retry.notices, *unknown_settings(_setting_names(settings))),
         learned_stats=bool_setting(settings, "RETRYQUEUE_LEARNED_STATS"),
         learned_half_life=float(
             number_setting(settings, "RETRYQUEUE_LEARNED_HALF_LIFE", strict=True, finite=True)
@@ -642,6 +769,73 @@ def load_config(settings: Any) -> Config:
             number_setting(settings, "RETRYQUEUE_LEARNED_REFRESH", strict=True, finite=True)
         ),
     )
+    # Read only by LearnedBackoff and the Spidermon monitors (at the crawl's
+    # end), but said at start like the others: a crawl must not run for hours
+    # to learn that its alert threshold is not a number.
+    learned_backoff_settings(settings)
+    monitor_thresholds(settings)
+    return config
+
+
+def learned_backoff_settings(settings: Any) -> tuple[float, float]:
+    """(RETRYQUEUE_LEARNED_ATTEMPT_COST, RETRYQUEUE_LEARNED_MIN_OUTAGES), checked."""
+    cost = number_setting(settings, "RETRYQUEUE_LEARNED_ATTEMPT_COST", strict=True, finite=True)
+    outages = number_setting(
+        settings,
+        "RETRYQUEUE_LEARNED_MIN_OUTAGES",
+        minimum=1,
+        finite=True,
+        maximum=defaults.SETTING_INT_MAX,
+    )
+    return float(cost), float(outages)
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorThresholds:
+    """The Spidermon monitors' thresholds (RETRYQUEUE_MONITOR_*, monitors.py)."""
+
+    max_bans: int
+    #: Kind (or "*", every kind not named) -> most dead letters.
+    max_dead: Mapping[str, int]
+    max_pending: int
+    #: Share (0 to 1) of retried failures that must recover.
+    min_recovery: float
+
+
+def monitor_thresholds(settings: Any) -> MonitorThresholds:
+    """RETRYQUEUE_MONITOR_*, checked: whole numbers >= 0 (at most what a setting
+    holds), and a share from 0 to 1."""
+    name = "RETRYQUEUE_MONITOR_MAX_DEAD"
+    value = _maybe_json(name, raw_setting(settings, name))
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a dict of kind -> most dead letters, got {shown(value)}")
+    max_dead = {}
+    for kind, limit in value.items():
+        if (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not 0 <= limit <= defaults.SETTING_INT_MAX
+        ):
+            raise ConfigError(
+                f"{name}[{shown(kind, 80)}] must be a whole number from 0 to "
+                f"{defaults.SETTING_INT_MAX}, got {shown(limit)}"
+            )
+        max_dead[str(kind)] = limit
+    minimum = number_setting(settings, "RETRYQUEUE_MONITOR_MIN_RECOVERY", maximum=1)
+    return MonitorThresholds(
+        max_bans=number_setting(settings, "RETRYQUEUE_MONITOR_MAX_BANS", whole=True),
+        max_dead=max_dead,
+        max_pending=number_setting(settings, "RETRYQUEUE_MONITOR_MAX_PENDING", whole=True),
+        min_recovery=float(minimum),
+    )
+
+
+def _setting_names(settings: Any) -> list[Any]:
+    """The names *settings* holds: a Scrapy Settings object or a dict."""
+    try:
+        return list(settings)
+    except TypeError:
+        return []
 
 
 #: Each crawler's validated settings (or the ConfigError they raised).

@@ -160,6 +160,19 @@ REDIS_START_TIMEOUT = 3
 SCRAPY_REDIS_HOST = "localhost"
 SCRAPY_REDIS_PORT = 6379
 
+#: Largest whole number a setting may hold: a Redis script reads its numbers as
+#: Lua doubles, exact only up to 2**53 (a larger count would fail every call).
+SETTING_INT_MAX = 2**53 - 1
+#: Longest duration a setting may hold, seconds (about 31 years): now plus it, in
+#: ms, stays an exact Redis score and a date Python and the databases can hold.
+SETTING_SECONDS_MAX = 1e9
+#: Longest retention a store setting may hold, days (about 270 years): now minus
+#: it stays a date after the year 1.
+SETTING_DAYS_MAX = 100_000
+#: Longest RETRYQUEUE_NODE_ID, characters: it names the node's spool file, and a
+#: file name has at most 255 bytes on the usual filesystems.
+NODE_ID_MAX = 200
+
 SETTINGS: dict[str, Any] = {
     #: False: the add-on leaves Scrapy's RetryMiddleware in charge; components stay off.
     "RETRYQUEUE_ENABLED": True,
@@ -278,7 +291,14 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_FLEET_WAIT": 60.0,
     #: Request headers whose values no surface shows (dashboard, API, exports,
     #: logs, the audit log); the stored request keeps them, to be replayed.
-    "RETRYQUEUE_SECRET_HEADERS": ["Authorization", "Cookie", "Proxy-Authorization"],
+    "RETRYQUEUE_SECRET_HEADERS": [
+        "Authorization",
+        "Cookie",
+        "Proxy-Authorization",
+        "X-Api-Key",
+        "X-Auth-Token",
+        "Api-Key",
+    ],
     #: Fernet keys that encrypt a stored request's headers, body and cookies at
     #: rest (encryption.py): the first encrypts, every one decrypts. Empty: off.
     "RETRYQUEUE_ENCRYPTION_KEYS": [],
@@ -402,6 +422,10 @@ DASHBOARD_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS": [],
     #: Seconds a sign-in lasts (12 hours); after it the token is asked again.
     "RETRYQUEUE_DASHBOARD_SESSION_TTL": 43200.0,
+    #: Addresses (or networks, "10.0.0.0/8") of the reverse proxies whose
+    #: X-Forwarded-For the dashboard believes; a request from any other address
+    #: is its own client, whatever it says. Empty: no proxy is trusted.
+    "RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES": [],
 }
 SETTINGS.update(DASHBOARD_SETTINGS)
 #: Wrong dashboard tokens a client may send before it is made to wait.

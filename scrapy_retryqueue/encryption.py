@@ -84,7 +84,7 @@ def parse_keys(value: Any) -> tuple[bytes, ...]:
         if text.startswith("["):
             try:
                 value = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ConfigError(
                     f"{SETTING} is not a JSON list of keys (its text is not shown: it holds "
                     f"secrets; {len(text)} characters)"

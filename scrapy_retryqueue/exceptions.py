@@ -53,6 +53,11 @@ class ConfigError(RetryQueueError, ValueError):
     """A RETRYQUEUE_* setting or a retryqueue_* meta key has a bad value."""
 
 
+class SpiderNameError(RetryQueueError, ValueError):
+    """A spider name that cannot name a queue: empty, or holding ``{`` or ``}``
+    (every key of a spider's queue holds its name as a Redis hash tag)."""
+
+
 class EnvelopeError(RetryQueueError, ValueError):
     """A task envelope cannot be written (unserializable) or read (malformed)."""
 

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .exceptions import ConfigError, SpiderNameError
 from .values import as_text
 
 PREFIX = "retryqueue"
@@ -94,14 +95,22 @@ def _namespace(spider: str, project: str = "") -> str:
     return f"{PREFIX}:{{{spider}}}"
 
 
+def _shown(name: str) -> str:
+    """*name*'s repr for an error line, cut at 80 characters (a name may be huge)."""
+    return repr(name) if len(name) <= 80 else f"{name[:80]!r}… ({len(name)} characters)"
+
+
 def keys_for(spider: str, project: str = "") -> Keys:
     """The keys of one spider's namespace: ``retryqueue:<project>:{<spider>}:<name>``,
     or ``retryqueue:{<spider>}:<name>`` with no project."""
     if not _usable(spider):
-        raise ValueError(f"spider name {spider!r} cannot be used in a Redis hash tag")
+        raise SpiderNameError(
+            f"spider name {_shown(spider)} cannot name a queue: it must be non-empty, without "
+            "'{' or '}' (its keys hold it as a Redis hash tag)"
+        )
     if not usable_project(project):
-        raise ValueError(
-            f"namespace {project!r} must be 1-64 letters, digits, '_', '.' or '-' "
+        raise ConfigError(
+            f"namespace {_shown(project)} must be 1-64 letters, digits, '_', '.' or '-' "
             "(RETRYQUEUE_NAMESPACE)"
         )
     base = _namespace(spider, project)

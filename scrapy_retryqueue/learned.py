@@ -18,6 +18,8 @@ from .defaults import (
     LEARNED_MIN_AT_RISK,
     LEARNED_MIN_OUTAGES,
     LEARNED_PLAN_DEPTH,
+    SETTING_INT_MAX,
+    SETTING_SECONDS_MAX,
     SETTINGS,
 )
 from .exceptions import ConfigError
@@ -47,19 +49,21 @@ class LearnedBackoff:
             isinstance(attempt_cost, (int, float))
             and not isinstance(attempt_cost, bool)
             and math.isfinite(attempt_cost)
-            and attempt_cost > 0
+            and 0 < attempt_cost <= SETTING_SECONDS_MAX
         ):
             raise ConfigError(
-                f"RETRYQUEUE_LEARNED_ATTEMPT_COST must be a number of seconds > 0, got {attempt_cost!r}"
+                "RETRYQUEUE_LEARNED_ATTEMPT_COST must be a number of seconds > 0 and "
+                f"<= {SETTING_SECONDS_MAX:.17g}, got {attempt_cost!r}"
             )
         if not (
             isinstance(min_outages, (int, float))
             and not isinstance(min_outages, bool)
             and math.isfinite(min_outages)
-            and min_outages >= 1
+            and 1 <= min_outages <= SETTING_INT_MAX
         ):
             raise ConfigError(
-                f"RETRYQUEUE_LEARNED_MIN_OUTAGES must be a number >= 1, got {min_outages!r}"
+                f"RETRYQUEUE_LEARNED_MIN_OUTAGES must be a number >= 1 and <= {SETTING_INT_MAX}, "
+                f"got {min_outages!r}"
             )
         self.attempt_cost = float(attempt_cost)
         self.min_outages = float(min_outages)

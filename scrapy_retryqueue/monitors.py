@@ -20,8 +20,7 @@ from typing import Any
 from spidermon import Monitor, MonitorSuite, monitors
 
 from . import kinds
-from .config import kinds_setting, number_setting, raw_setting
-from .exceptions import ConfigError
+from .config import kinds_setting, monitor_thresholds
 
 #: The stat prefix of dead letters, per kind (docs/stats.md).
 _DEAD = "retryqueue/dead/"
@@ -50,7 +49,7 @@ class BanMonitor(_RetryQueueMonitor):
 
     @monitors.name("Forbidden (401/403) dead letters within RETRYQUEUE_MONITOR_MAX_BANS")
     def test_bans(self) -> None:
-        limit = number_setting(self.settings, "RETRYQUEUE_MONITOR_MAX_BANS", whole=True)
+        limit = monitor_thresholds(self.settings).max_bans
         bans = int(self.stats.get(f"{_DEAD}{kinds.FORBIDDEN}", 0))
         self.assertLessEqual(
             bans,
@@ -85,7 +84,7 @@ class PendingRetriesMonitor(_RetryQueueMonitor):
 
     @monitors.name("Retries left pending within RETRYQUEUE_MONITOR_MAX_PENDING")
     def test_pending(self) -> None:
-        limit = number_setting(self.settings, "RETRYQUEUE_MONITOR_MAX_PENDING", whole=True)
+        limit = monitor_thresholds(self.settings).max_pending
         pending = int(self.stats.get("retryqueue/left/pending", 0))
         self.assertLessEqual(
             pending,
@@ -105,11 +104,7 @@ class RecoveryRateMonitor(_RetryQueueMonitor):
 
     @monitors.name("Recovered share of retried failures at least RETRYQUEUE_MONITOR_MIN_RECOVERY")
     def test_recovery(self) -> None:
-        minimum = number_setting(self.settings, "RETRYQUEUE_MONITOR_MIN_RECOVERY")
-        if minimum > 1:
-            raise ConfigError(
-                f"RETRYQUEUE_MONITOR_MIN_RECOVERY must be a share from 0 to 1, got {minimum!r}"
-            )
+        minimum = monitor_thresholds(self.settings).min_recovery
         table = kinds_setting(self.settings)
         recovered = int(self.stats.get("retryqueue/recovered", 0))
         given_up = sum(
@@ -136,13 +131,4 @@ class RetryQueueMonitorSuite(MonitorSuite):  # type: ignore[misc]
 
 def _dead_limits(settings: Any) -> dict[str, int]:
     """RETRYQUEUE_MONITOR_MAX_DEAD: kind (or "*", every kind not named) -> most dead letters."""
-    name = "RETRYQUEUE_MONITOR_MAX_DEAD"
-    value = raw_setting(settings, name)
-    if not isinstance(value, dict):
-        raise ConfigError(f"{name} must be a dict of kind -> most dead letters, got {value!r}")
-    limits = {}
-    for kind, limit in value.items():
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ConfigError(f"{name}[{kind!r}] must be a whole number >= 0, got {limit!r}")
-        limits[str(kind)] = limit
-    return limits
+    return dict(monitor_thresholds(settings).max_dead)

@@ -26,14 +26,15 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
 from . import embedded
-from .config import Config, config_for
+from .config import Config, config_for, redact_url
 from .connection import client_for, embedded_dir
 from .defaults import STORE_FINAL_FLUSH_MAX
 from .exceptions import ConfigError
 from .runtime import runtime_if_any
 from .shutdown import ShutdownTrigger
-from .startup import mark_logged
-from .store.config import StoreConfig, load_store_config
+from .startup import mark_logged, stop_at_start
+from .store.config import StoreConfig, load_store_config, sqlite_path
+from .writable import file_problem
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,6 +88,13 @@ class RetryQueueStoreExtension:
             raise NotConfigured("RETRYQUEUE_ENABLED is False")
         if not store_config.enabled:
             raise NotConfigured("RETRYQUEUE_STORE_ENABLED is False")
+        database = store_config.database_url and sqlite_path(store_config.database_url)
+        problem = database and file_problem(database)
+        if problem:
+            stop_at_start(
+                f"RETRYQUEUE_DATABASE_URL {redact_url(store_config.database_url)!r}: the SQLite file "
+                f"cannot be written: {problem}"
+            )
         ext = cls(crawler, config, store_config)
         _load_store_modules()
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)

@@ -126,7 +126,10 @@ def test_overview_counts_live_state_and_history(
     ).json()["chart"]
     assert (day["step_seconds"], len(day["series"]["dead"])) == (600, 145)
     bad = client.get("/api/overview", params={"window": "year"})
-    assert bad.status_code == 400 and "window must be one of hour, day" in bad.json()["detail"]
+    assert (
+        bad.status_code == 400
+        and "window 'year': Input should be 'hour' or 'day'" in bad.json()["detail"]
+    )
 
 
 def test_pages_and_assets_are_served_without_any_external_url(client: TestClient) -> None:

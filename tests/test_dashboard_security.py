@@ -372,7 +372,8 @@ REQUEST = {
 
 @pytest.mark.parametrize(
     ("secret_setting", "shown_key"),
-    [(None, True), (["Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key"], False)],
+    # X-Api-Key is in the default list; a project's own list may leave it out.
+    [(None, False), (["Authorization", "Cookie", "Proxy-Authorization"], True)],
 )
 def test_secret_header_values_show_on_no_page_or_answer(
     dashboard_data: dict[str, Any], secret_setting: list[str] | None, shown_key: bool
@@ -468,3 +469,32 @@ def test_an_encrypted_request_shows_as_encrypted(
     assert "(encrypted)" in page.text and "hunter2" not in page.text
     api = client.get(f"/api/tasks/{spider}-e1")
     assert api.status_code == 200 and "hunter2" not in api.text
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer sekret-authz", "Accept": "text/html"},
+        [["Authorization", "Bearer sekret-authz", "sekret-authz-2"], ["Accept", "text/html"]],
+    ],
+)
+def test_secrets_of_envelopes_not_shaped_as_ours_show_nowhere(
+    dashboard_data: dict[str, Any], headers: Any
+) -> None:
+    """A hostile writer's shapes (headers as a dict, pairs of three) and a URL's password."""
+    spider = dashboard_data["spider"]
+    request = {"url": "https://bob:sekret-pw@shop.example/account", "headers": headers}
+    row = add_task(dashboard_data["database_url"], spider, f"{spider}-odd", request)
+    with TestClient(create_app(dashboard_data["settings"]), base_url=BASE) as client:
+        for path in (f"/tasks/{row}", f"/api/tasks/{row}", f"/api/tasks?spider={spider}", "/tasks"):
+            reply = client.get(path)
+            assert reply.status_code == 200, (path, reply.text[:300])
+            for secret in ("sekret-authz", "sekret-pw"):
+                assert secret not in reply.text, (path, secret)
+        detail = client.get(f"/api/tasks/{row}").json()
+        assert ["Authorization", "***"] in detail["request"]["headers"] or [
+            "Authorization",
+            "***, ***",
+        ] in detail["request"]["headers"]
+        assert ["Accept", "text/html"] in detail["request"]["headers"]
+        assert detail["request"]["url"] == "https://bob:***@shop.example/account"

@@ -59,9 +59,9 @@ def test_a_database_back_before_the_close_timeout_gets_what_is_left(
     queue = RedisDelayedQueue(redis_client, spider_name, node_id="n1")
     for n in range(3):
         queue.schedule(make_task(f"t{n}", due=10**13), now=1)
-    blocker = tmp_path / "not-a-directory"  # the database's directory is a file: down
-    blocker.write_text("")
+    blocker = tmp_path / "not-a-directory"
     url = f"sqlite:///{blocker / 'store.sqlite3'}"
+    blocker.mkdir()
     crawler = get_crawler(
         CloseSpider,
         {
@@ -71,6 +71,10 @@ def test_a_database_back_before_the_close_timeout_gets_what_is_left(
         },
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)
+    # Once the crawl started, the database's directory becomes a file: it is down (a
+    # path that cannot be written at start stops the crawl instead).
+    blocker.rmdir()
+    blocker.write_text("")
     ext.make_service(spider_name)
     # Tries at 0, 1 and 3 first backoffs fail; the next backoff (4) would end
     # past the close timeout (6): the flush must try once more, at the timeout.

@@ -761,11 +761,12 @@ def test_export_masks_secret_headers_unless_include_secrets_is_given(
     assert request["headers"] == [
         ["Authorization", "***"],
         ["cookie", "***"],
-        ["X-Api-Key", "key-456"],  # not in RETRYQUEUE_SECRET_HEADERS
+        ["X-Api-Key", "***"],  # in the default RETRYQUEUE_SECRET_HEADERS
         ["Accept", "text/html"],
     ]
     assert request["cookies"] == {"session": "***"}
     assert "tok-123" not in masked.out and "session=abc" not in masked.out
+    assert "key-456" not in masked.out
     # The other rows are exported as they are.
     assert exported_request(masked.out, pg["ids"]["r6"], fmt)["url"] == "https://shop.example/d"
 
@@ -808,6 +809,30 @@ def test_masking_decodes_only_envelopes_that_may_hold_a_secret() -> None:
         "id": "t",
     }
     assert masked_envelope(holding, frozenset()) is holding
+
+
+def test_masking_reads_escaped_names_and_base64_bytes_in_an_export() -> None:
+    import base64
+
+    from scrapy_retryqueue.store.export import masked_envelope
+
+    secret = frozenset({"authorization"})
+    # A hostile writer's envelope: the header name spelt with an escape, so that
+    # "authorization" appears nowhere in the text as stored.
+    escaped = '{"request": {"headers": [["\\u0041uthorization", "Bearer tok-123"]]}}'
+    assert "authorization" not in escaped.lower()
+    shown = masked_envelope(escaped, secret) or ""
+    assert "tok-123" not in shown
+    assert json.loads(shown)["request"]["headers"] == [["Authorization", "***"]]
+    # A malformed dead letter's bytes that were not UTF-8, kept as base64.
+    stored = b'{"request": {"headers": [["Authorization", "Bearer tok-456"]]}}\xff'
+    dead = json.dumps({"raw_base64": base64.b64encode(stored).decode("ascii")})
+    shown = masked_envelope(dead, secret) or ""
+    inside = base64.b64decode(json.loads(shown)["raw_base64"])
+    assert b"tok-456" not in inside and b"Authorization" in inside
+    # Text that is not JSON keeps what it can show, less its secret values.
+    cut = '{"request": {"headers": [["Authorization", "Bearer tok-789"'
+    assert "tok-789" not in (masked_envelope(cut, secret) or "")
 
 
 # -- purge: the confirmation prompt ------------------------------------------------------

@@ -174,13 +174,12 @@ def test_the_default_store_is_sqlite_under_the_embedded_dir(
 def test_a_forced_shutdown_ends_the_closing_writes_to_a_database_that_is_down(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    # The database's directory is a file: every try fails at once.
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("")
+    # A database on a closed port: every try fails at once. (A SQLite file that
+    # cannot be written at start stops the crawl before it fetches anything.)
     settings = {
         **SETTINGS,
         "RETRYQUEUE_REDIS_URL": redis_url,
-        "RETRYQUEUE_DATABASE_URL": f"sqlite:///{blocker / 'store.sqlite3'}",
+        "RETRYQUEUE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
         "CONCURRENT_REQUESTS": 2,
         # A close that would wait minutes for the database, with long backoffs.
         "RETRYQUEUE_STORE_CLOSE_TIMEOUT": 300,

@@ -207,6 +207,7 @@ class Command(ScrapyCommand):
         try:
             with one_line_errors():
                 ns = self.build_parser().parse_args(args)
+                self.warn_unknown_settings()
                 self.exitcode = self.dispatch(ns) or EXIT_OK
         except CommandFailed as exc:
             print(fail_line(exc), file=sys.stderr)
@@ -224,6 +225,15 @@ class Command(ScrapyCommand):
             self.exitcode = EXIT_INTERRUPTED
         finally:
             self.close()
+
+    def warn_unknown_settings(self) -> None:
+        """One ``warning:`` line on stderr per RETRYQUEUE_* name that is no setting
+        (``-s RETRYQUEUE_DASHBOARD_TOKN=...`` would otherwise be ignored unsaid)."""
+        from ..config import unknown_settings
+
+        if self.settings is not None:
+            for notice in unknown_settings(list(self.settings)):
+                print(f"warning: {notice}", file=sys.stderr)
 
     def show_help(self, args: list[str], out: IO[str] | None = None) -> None:
         """The help of the subcommand named in *args*, else of the command (on stdout)."""

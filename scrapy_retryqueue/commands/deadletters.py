@@ -141,8 +141,9 @@ def build_parser() -> ArgumentParser:
                         "matching row)")  # fmt: skip
     output.add_argument("--include-secrets", action="store_true",
                         help="write the values of secret request headers (the "
-                        "RETRYQUEUE_SECRET_HEADERS setting: Authorization, Cookie and "
-                        "Proxy-Authorization by default) and cookies as stored; by "
+                        "RETRYQUEUE_SECRET_HEADERS setting: Authorization, Cookie, "
+                        "Proxy-Authorization, X-Api-Key... by default) and cookies as "
+                        "stored; by "
                         "default they read ***")  # fmt: skip
 
     requeue = subcommand_parser(

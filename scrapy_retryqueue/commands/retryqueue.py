@@ -23,7 +23,7 @@ import errno
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
 from ._common import (
@@ -37,6 +37,7 @@ from ._common import (
 from ._common import Command as BaseCommand
 
 if TYPE_CHECKING:
+    from ..dashboard.settings import DashboardConfig
     from ..sources import Sources
 
 _HOST = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_HOST"]
@@ -245,9 +246,7 @@ class Command(BaseCommand):
         sock = listen(config.host, config.port)
         try:
             app = create_app(settings, config=config)
-            server = uvicorn.Server(
-                uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
-            )
+            server = uvicorn.Server(server_config(app, config))
             port = sock.getsockname()[1]
             mode = "actions need the token" if config.token else "read-only: no token"
             host = f"[{config.host}]" if ":" in config.host else config.host
@@ -280,6 +279,22 @@ class Command(BaseCommand):
         )
 
 
+def server_config(app: Any, config: DashboardConfig) -> Any:
+    """The uvicorn configuration the dashboard is served with."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        # uvicorn would believe X-Forwarded-For from loopback by default: a client
+        # there could take a fresh address per wrong token, or somebody else's. The
+        # app reads it itself, from RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES only.
+        proxy_headers=False,
+    )
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to *host*:*port*; one line and exit code 4 when it cannot be.
 
@@ -294,6 +309,10 @@ def listen(host: str, port: int) -> socket.socket:
     except socket.gaierror as exc:
         raise CommandFailed(
             f"the dashboard cannot listen on {where}: {exc.strerror}", EXIT_CANNOT_LISTEN
+        ) from None
+    except (UnicodeError, ValueError) as exc:  # a name the resolver cannot even encode
+        raise CommandFailed(
+            f"the dashboard cannot listen on {where}: {exc}", EXIT_CANNOT_LISTEN
         ) from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does

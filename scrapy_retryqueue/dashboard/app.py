@@ -10,33 +10,49 @@ Every request must name the dashboard in its ``Host`` header (:mod:`.hosts`).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
+import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Coroutine
-from pathlib import Path
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from pathlib import Path as FilePath
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 import jinja2
-from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request, Security
+from fastapi import Depends, FastAPI, Form, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
 from ..defaults import TASK_STATUSES
-from ..store.queries import is_number
 from .auth import Sessions, WrongTokens, same
-from .backend import ACTIONS, FILTER_NAMES, SORTABLE, Backend, DashboardError, parse_filters
+from .backend import (
+    ACTIONS,
+    FILTER_NAMES,
+    SORTABLE,
+    WINDOWS,
+    Backend,
+    DashboardError,
+    parse_filters,
+)
+from .clients import ClientResolver
 from .hosts import AllowedHosts, HostCheck
 from .settings import MAX_PAGE_SIZE, DashboardConfig, load_dashboard_config
 
-HERE = Path(__file__).resolve().parent
+HERE = FilePath(__file__).resolve().parent
 SESSION_COOKIE = "rq_session"
 CSRF_COOKIE = "rq_csrf"
 CSRF_HEADER = "x-csrf-token"
@@ -83,60 +99,141 @@ class ActionRequest(BaseModel):
     dry_run: bool = Field(False, description="only count what it would touch")
 
 
-# -- query parameters: declared, so the OpenAPI schema (and the tests) know every one ----
+# -- parameters: declared with the bounds FastAPI checks, so that the OpenAPI schema is
+# -- what the API validates with (and the tests know every parameter) -------------------
 
-Many = list[str] | None
+#: Longest value of one query parameter, characters: a comma-separated list of
+#: names fits; a value past it is no name of anything.
+MAX_QUERY_VALUE = 1000
+#: Longest URL substring (q), characters.
+MAX_URL_SUBSTRING = 2000
+#: Longest row id or task id in a path, characters.
+MAX_IDENT = 128
+#: One value of a query parameter (one repeat of it).
+QueryValue = Annotated[str, StringConstraints(max_length=MAX_QUERY_VALUE)]
+Sort = Literal[SORTABLE]  # type: ignore[valid-type]
+Order = Literal["asc", "desc"]
+Window = Literal[tuple(WINDOWS)]  # type: ignore[valid-type]
+Action = Literal[ACTIONS]  # type: ignore[valid-type]
 
 
-def filter_query(
-    spider: Annotated[Many, Query(description="spider name (repeat or comma-separate)")] = None,
-    status: Annotated[
-        Many, Query(description=f"{', '.join(TASK_STATUSES)} or all (the default)")
-    ] = None,
-    kind: Annotated[Many, Query(description="failure kind")] = None,
-    domain: Annotated[Many, Query(description="host name; its subdomains match too")] = None,
-    http_status: Annotated[Many, Query(description="HTTP status of the last failure")] = None,
-    node: Annotated[Many, Query(description="node that wrote the last event")] = None,
-    since: Annotated[
-        str | None, Query(description="ISO 8601 time, today, yesterday or 7d / 12h / 30m (ago)")
-    ] = None,
-    until: Annotated[str | None, Query(description="as since")] = None,
-    ids: Annotated[Many, Query(alias="id", description="row id or task id")] = None,
-    q: Annotated[str | None, Query(description="a substring of the URL")] = None,
-) -> dict[str, list[str]]:
-    """The filters of the query string, by name (as :func:`parse_filters` takes them)."""
-    given = {
-        "spider": spider,
-        "status": status,
-        "kind": kind,
-        "domain": domain,
-        "http_status": http_status,
-        "node": node,
-        "since": [since] if since else None,
-        "until": [until] if until else None,
-        "id": ids,
-        "q": [q] if q else None,
+def comma_list(item: str) -> str:
+    """A pattern of comma-separated items matching *item*, blanks and empty items
+    allowed, as :func:`parse_filters` reads a list: ``"dead, waiting"``, ``""``."""
+    return rf"^[ \t]*({item})?[ \t]*(,[ \t]*({item})?[ \t]*)*$"
+
+
+def one_of(names: Sequence[str]) -> str:
+    return comma_list("|".join(re.escape(name) for name in names))
+
+
+HTTP_STATUSES = comma_list("[1-5][0-9][0-9]")
+
+
+def filter_query_for(known_kinds: Sequence[str]) -> Callable[..., dict[str, list[str]]]:
+    """The filters of the query string as a dependency, by name (as :func:`parse_filters`
+    takes them); the kind filter takes *known_kinds*.
+
+    Its signature is built here from real objects, not annotations in the source:
+    this app's kinds are a local value, which FastAPI cannot read back from a string
+    annotation (this module's annotations are strings).
+    """
+
+    def many(description: str, *, alias: str | None = None, **bounds: Any) -> Any:
+        # The bounds hold for each value (each repeat of the parameter).
+        value = (
+            Annotated[str, StringConstraints(max_length=MAX_QUERY_VALUE, **bounds)]
+            if bounds
+            else QueryValue
+        )
+        return Annotated[list[value], Query(description=description, alias=alias)]  # type: ignore[valid-type]
+
+    def single(description: str, longest: int) -> Any:
+        return Annotated[str, Query(description=description, max_length=longest)]
+
+    declared: dict[str, Any] = {
+        "spider": many("spider name (repeat or comma-separate)"),
+        "status": many(
+            f"{', '.join(TASK_STATUSES)} or all (the default)", pattern=one_of(STATUSES)
+        ),
+        "kind": many(f"failure kind: {', '.join(known_kinds)}", pattern=one_of(known_kinds)),
+        "domain": many("host name; its subdomains match too"),
+        "http_status": many("HTTP status of the last failure (100-599)", pattern=HTTP_STATUSES),
+        "node": many("node that wrote the last event"),
+        "since": single("ISO 8601 time, today, yesterday or 7d / 12h / 30m (ago)", 64),
+        "until": single("as since", 64),
+        "ids": many("row id or task id", alias="id"),
+        "q": single("a substring of the URL", MAX_URL_SUBSTRING),
     }
-    return {name: list(values or ()) for name, values in given.items()}
+    singles = ("since", "until", "q")
+
+    def filter_query(**given: Any) -> dict[str, list[str]]:
+        return {
+            ("id" if name == "ids" else name): (
+                [given[name]] if name in singles and given[name] else list(given[name] or ())
+            )
+            for name in declared
+        }
+
+    filter_query.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            # No null in the schema: a query string cannot tell it from a value.
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default="" if name in singles else [],
+                annotation=kind,
+            )
+            for name, kind in declared.items()
+        ]
+    )
+    return filter_query
 
 
 def page_query(
-    sort: Annotated[str | None, Query(description=f"one of {', '.join(SORTABLE)}")] = None,
-    order: Annotated[str | None, Query(description="asc or desc")] = None,
-    page: Annotated[str | None, Query(description=f"1-{MAX_PAGE}")] = None,
-    per_page: Annotated[str | None, Query(description=f"1-{MAX_PAGE_SIZE}")] = None,
-) -> dict[str, str | None]:
+    sort: Annotated[Sort | None, Query(description="the column to sort by (id by default)")] = None,
+    order: Annotated[Order | None, Query(description="asc or desc (the default)")] = None,
+    page: Annotated[int | None, Query(description=f"1-{MAX_PAGE}", ge=1, le=MAX_PAGE)] = None,
+    per_page: Annotated[
+        int | None, Query(description=f"1-{MAX_PAGE_SIZE}", ge=1, le=MAX_PAGE_SIZE)
+    ] = None,
+) -> dict[str, Any]:
     return {"sort": sort, "order": order, "page": page, "per_page": per_page}
 
 
-def whole_number(name: str, raw: str | None, default: int, highest: int) -> int:
-    """A query-string number 1-*highest*; DashboardError names it otherwise."""
-    if raw is None or raw == "":
-        return default
-    if not is_number(raw, len(str(highest))) or not 1 <= int(raw) <= highest:
-        shown = repr(raw) if len(raw) <= 40 else repr(raw[:40]) + f"… ({len(raw)} characters)"
-        raise DashboardError(f"{name} must be a positive whole number 1-{highest}, got {shown}")
-    return int(raw)
+class ErrorAnswer(BaseModel):
+    """What every refusal answers: one line that names the parameter and its value."""
+
+    detail: str = Field(description="what was wrong, naming the parameter and its value")
+
+
+def _error(description: str, **extra: Any) -> dict[str, Any]:
+    return {"model": ErrorAnswer, "description": description, **extra}
+
+
+#: The answers every API route may give besides its own (documented in the schema).
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error(
+        "a query parameter is out of its bounds or names nothing (the detail names it and "
+        "its value), or the Host header is not a name of this dashboard"
+    ),
+    503: _error("the store or Redis does not answer"),
+}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **READ_ERRORS,
+    401: _error(
+        "no token, or a wrong one",
+        headers={"WWW-Authenticate": {"schema": {"type": "string"}}},
+    ),
+    403: _error("the dashboard is read-only, or a page's X-CSRF-Token is missing or wrong"),
+    404: _error("no such action"),
+    413: _error(f"the body is larger than {MAX_ACTION_BODY:,} bytes"),
+    422: _error("the body is not the JSON object the action takes (the detail names the field)"),
+    429: _error(
+        "too many wrong tokens from this client: try again after Retry-After seconds",
+        headers={"Retry-After": {"schema": {"type": "integer"}}},
+    ),
+}
 
 
 def duration(seconds: Any) -> str:
@@ -161,13 +258,59 @@ def pretty_json(value: Any, indent: int | None = 2) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    # Where and what, never the input itself: it may be anything.
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(str(value))} characters)"
+
+
+#: Whole-number query parameters and their largest value.
+_WHOLE = {"page": MAX_PAGE, "per_page": MAX_PAGE_SIZE}
+
+
+def _parameter_refusal(name: str, value: Any, choices: Mapping[str, Sequence[str]]) -> str | None:
+    """The message of a query parameter FastAPI refused, in the words of the filters'
+    own checks (the first item of a list that is none of its choices); None: FastAPI's."""
+    if name in _WHOLE:
+        return f"{name} must be a positive whole number 1-{_WHOLE[name]}, got {_shown(value)}"
+    if not isinstance(value, str) or len(value) > MAX_QUERY_VALUE:
+        return None
+    items = [item.strip(" \t") for item in value.split(",")]
+    if name == "http_status":
+        bad = next((i for i in items if i and not re.fullmatch("[1-5][0-9][0-9]", i)), value)
+        return f"http_status {_shown(bad)} is not an HTTP status (100-599)"
+    if name in choices:
+        bad = next((i for i in items if i and i not in choices[name]), value)
+        what = "a status" if name == "status" else f"a {name}"
+        return f"{name} {_shown(bad)} is not {what}; known: {', '.join(choices[name])}"
+    return None
+
+
+def _validation_message(
+    exc: RequestValidationError, choices: Mapping[str, Sequence[str]] | None = None
+) -> str:
+    """Where and what: a parameter with its value (cut short), a body's field alone
+    (a body may be anything)."""
     parts = []
     for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+        loc = [str(part) for part in error.get("loc", ())]
+        msg = error.get("msg", "invalid")
+        if loc and loc[0] in ("query", "path") and len(loc) > 1:
+            value = error.get("input")
+            refusal = loc[0] == "query" and _parameter_refusal(loc[1], value, choices or {})
+            parts.append(refusal or f"{loc[1]} {_shown(value)}: {msg}")
+        else:
+            where = ".".join(part for part in loc if part != "body") or "body"
+            parts.append(f"{where}: {msg}")
+    return "; ".join(parts[:5]) or "invalid request"
+
+
+def _validation_status(exc: RequestValidationError) -> int:
+    """A bad path is no such resource (404), a bad query parameter bad input (400), a
+    body FastAPI cannot read 422."""
+    places = {str(error.get("loc", ("",))[0]) for error in exc.errors()}
+    if "path" in places:
+        return 404
+    return 400 if "body" not in places else 422
 
 
 def create_app(
@@ -222,8 +365,14 @@ def create_app(
     def signed_in(request: Request) -> bool:
         return config.token is not None and sessions.valid(request.cookies.get(SESSION_COOKIE))
 
+    client_resolver = ClientResolver(config.trusted_proxies)
+
     def client_of(request: Request) -> str:
-        return request.client.host if request.client else "?"
+        # Behind a listed proxy, the address it forwarded; else the connection's own.
+        return client_resolver(
+            request.client.host if request.client else None,
+            request.headers.getlist("x-forwarded-for"),
+        )
 
     def token_is_right(request: Request, given: str) -> bool:
         """Check a token; a client that sent too many wrong ones waits first (429)."""
@@ -309,20 +458,23 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Any:
-        message = _validation_message(exc)
+        message = _validation_message(exc, {"status": STATUSES, "kind": backend.known_kinds})
+        status = _validation_status(exc)
         if wants_json(request):
-            return ASCIIJSONResponse({"detail": message}, status_code=422)
-        return page(request, "error.html", 422, message=message)
+            return ASCIIJSONResponse({"detail": message}, status_code=status)
+        return page(request, "error.html", status, message=message)
 
-    async def _tasks(filters: dict[str, list[str]], paging: dict[str, str | None]) -> Any:
+    filter_query = filter_query_for(backend.known_kinds)
+
+    async def _tasks(filters: dict[str, list[str]], paging: dict[str, Any]) -> Any:
         parsed = parse_filters(filters, known_kinds=backend.known_kinds)
         return await run_in_threadpool(
             backend.tasks,
             parsed,
             sort=paging["sort"] or "id",
             order=paging["order"] or "desc",
-            page=whole_number("page", paging["page"], 1, MAX_PAGE),
-            per_page=whole_number("per_page", paging["per_page"], config.page_size, MAX_PAGE_SIZE),
+            page=paging["page"] or 1,
+            per_page=paging["per_page"] or config.page_size,
         )
 
     # -- HTML pages ---------------------------------------------------------------
@@ -336,8 +488,10 @@ def create_app(
     @app.get("/tasks", response_class=HTMLResponse, include_in_schema=False)
     async def tasks_page(
         request: Request,
-        filters: Annotated[dict[str, list[str]], Depends(filter_query)],
-        paging: Annotated[dict[str, str | None], Depends(page_query)],
+        paging: Annotated[dict[str, Any], Depends(page_query)],
+        # A default, not Annotated: this app's own dependency (its kinds) is a local
+        # name, which FastAPI cannot read back from a string annotation.
+        filters: dict[str, list[str]] = Depends(filter_query),  # noqa: B008
     ) -> Any:
         data = await _tasks(filters, paging)
         base = [(k, v) for k, values in filters.items() for v in values if v]
@@ -414,13 +568,17 @@ def create_app(
     @app.get(
         "/api/overview",
         tags=["read"],
+        responses=READ_ERRORS,
         summary="Live counts, breakdowns and the chart",
         description="window: hour or day (how far back the chart looks; its buckets fit "
         "the activity); spider (repeat or comma-separate) to show only some spiders.",
     )
     async def api_overview(
-        window: Annotated[str | None, Query(description="hour (default) or day")] = None,
-        spider: Annotated[Many, Query(description="spider name(s)")] = None,
+        spider: Annotated[
+            list[QueryValue],
+            Query(description="spider name(s), repeated or comma-separated", default_factory=list),
+        ],
+        window: Annotated[Window, Query(description="hour (default) or day")] = "hour",
     ) -> Any:
         spiders = [name for value in spider or () for name in value.split(",") if name.strip()]
         return await run_in_threadpool(backend.overview, window or "hour", spiders)
@@ -428,6 +586,7 @@ def create_app(
     @app.get(
         "/api/tasks",
         tags=["read"],
+        responses=READ_ERRORS,
         summary="Tasks and dead letters, filtered, sorted and paginated",
         description="Filters (repeat or comma-separate): spider, status (all by default), kind, "
         "domain, http_status, node, since, until, id, q (URL substring). "
@@ -435,32 +594,41 @@ def create_app(
         f"per_page (1-{MAX_PAGE_SIZE}).",
     )
     async def api_tasks(
-        filters: Annotated[dict[str, list[str]], Depends(filter_query)],
-        paging: Annotated[dict[str, str | None], Depends(page_query)],
+        paging: Annotated[dict[str, Any], Depends(page_query)],
+        # A default, not Annotated: this app's own dependency (its kinds) is a local
+        # name, which FastAPI cannot read back from a string annotation.
+        filters: dict[str, list[str]] = Depends(filter_query),  # noqa: B008
     ) -> Any:
         return await _tasks(filters, paging)
 
-    @app.get("/api/tasks/{ident}", tags=["read"], summary="One task by row id or task id")
-    async def api_task(ident: str) -> Any:
+    @app.get(
+        "/api/tasks/{ident}",
+        tags=["read"],
+        summary="One task by row id or task id",
+        responses={**READ_ERRORS, 404: _error("no task has this row id or task id")},
+    )
+    async def api_task(
+        ident: Annotated[str, Path(description="row id or task id", max_length=MAX_IDENT)],
+    ) -> Any:
         return await run_in_threadpool(backend.task, ident)
 
     @app.get(
         "/api/actions/{action}/count",
         tags=["actions"],
         summary="How many tasks an action would touch (for a confirmation)",
+        responses={**READ_ERRORS, 404: _error("no such action")},
     )
     async def api_action_count(
-        action: str, filters: Annotated[dict[str, list[str]], Depends(filter_query)]
+        action: Annotated[Action, Path(description=", ".join(ACTIONS))],
+        filters: dict[str, list[str]] = Depends(filter_query),  # noqa: B008 (see api_tasks)
     ) -> Any:
         parsed = parse_filters(filters, known_kinds=backend.known_kinds)
         matched = await run_in_threadpool(backend.count_for, action, parsed)
         return {"action": action, "matched": matched}
 
-    async def api_action(action: str, body: ActionRequest) -> Any:
-        if action not in ACTIONS:
-            raise DashboardError(
-                f"unknown action {action[:40]!r}; known: {', '.join(ACTIONS)}", 404
-            )
+    async def api_action(
+        action: Annotated[Action, Path(description=", ".join(ACTIONS))], body: ActionRequest
+    ) -> Any:
         params: dict[str, Any] = dict(body.filters)
         unknown = set(params) - {*FILTER_NAMES, "q"}
         if unknown:
@@ -482,6 +650,7 @@ def create_app(
         dependencies=[Security(bearer)],
         max_body_size=MAX_ACTION_BODY,
         tags=["actions"],
+        responses=WRITE_ERRORS,
         summary="retry_now, cancel, requeue or purge the matching tasks (token needed)",
         description="retry_now: waiting tasks become due now. cancel: waiting or retrying "
         "tasks are removed from the queue (status cancelled). requeue: dead letters go back "
@@ -490,7 +659,25 @@ def create_app(
         "in the statuses it applies to.",
     )
 
-    @app.get("/metrics", tags=["read"], summary="Prometheus metrics (text format 0.0.4)")
+    @app.get(
+        "/metrics",
+        tags=["read"],
+        summary="Prometheus metrics (text format 0.0.4)",
+        response_class=PlainTextResponse,
+        responses={
+            200: {
+                "description": "the metrics, in Prometheus's text format 0.0.4",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            # A Host refused is JSON whatever the route (hosts.py).
+            400: {
+                "description": READ_ERRORS[400]["description"],
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/ErrorAnswer"}}
+                },
+            },
+        },
+    )
     async def metrics() -> Any:
         from .metrics import CONTENT_TYPE, render
 

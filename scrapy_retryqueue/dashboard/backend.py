@@ -23,9 +23,10 @@ from sqlalchemy import and_, func, select
 
 from .. import events, view
 from ..config import kinds_setting, secret_headers_setting
-from ..exceptions import ConfigError, RetryQueueError
+from ..exceptions import ConfigError, RetryQueueError, SpiderNameError
+from ..keys import keys_for
 from ..kinds import BUILTIN_TABLE
-from ..redact import mask_envelope, mask_request
+from ..redact import mask_envelope, mask_request, mask_url_passwords
 from ..sources import Sources
 from ..status import collect, local_midnight
 from ..store import actions
@@ -185,10 +186,18 @@ def parse_filters(
     return filters
 
 
+#: Columns that may quote a URL, and so its password (masked as the envelope's).
+_URL_COLUMNS = frozenset({"url", "first_error_message", "last_error_message"})
+
+
 def _row(row: Any) -> dict[str, Any]:
     out = {}
     for name, value in row._mapping.items():
-        out[name] = _iso(value) if isinstance(value, datetime) else value
+        if isinstance(value, datetime):
+            value = _iso(value)
+        elif name in _URL_COLUMNS:
+            value = mask_url_passwords(value)
+        out[name] = value
     return out
 
 
@@ -258,7 +267,9 @@ class Backend:
             )
         try:
             spiders = [check_text("spider", name.strip()) for name in spiders]
-        except FilterError as exc:
+            for name in spiders:
+                keys_for(name)  # a name no queue can have: said, not a server error
+        except (FilterError, SpiderNameError) as exc:
             raise DashboardError(str(exc)) from None
         status = collect(self.redis, self.store, spiders, top=10, project=self.project)
         client, db, notes = status.client, status.history, status.notes
@@ -706,10 +717,12 @@ def _header_rows(headers: Any) -> list[list[str]]:
     RETRYQUEUE_ENCRYPTION_KEYS (one string, not pairs) as a single row saying so."""
     if isinstance(headers, str):
         return [["(all headers)", headers]]
+    if isinstance(headers, Mapping):  # not this package's shape: a hostile or older writer's
+        headers = [[name, *(v if isinstance(v, list) else [v])] for name, v in headers.items()]
     if not isinstance(headers, list):
         return []
     return [
-        [str(pair[0]), str(pair[1])]
+        [str(pair[0]), ", ".join(str(v) for v in pair[1:])]
         for pair in headers
-        if isinstance(pair, (list, tuple)) and len(pair) == 2
+        if isinstance(pair, (list, tuple)) and len(pair) >= 2
     ]

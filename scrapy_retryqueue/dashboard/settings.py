@@ -31,6 +31,8 @@ class DashboardConfig:
     allowed_hosts: tuple[str, ...] = ()
     #: Seconds a sign-in lasts.
     session_ttl: float = defaults.SETTINGS["RETRYQUEUE_DASHBOARD_SESSION_TTL"]
+    #: RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES: whose X-Forwarded-For is believed.
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     #: RETRYQUEUE_SECRET_HEADERS: header values no page or API answer shows.
     secret_headers: frozenset[str] = frozenset(
         name.lower() for name in defaults.SETTINGS["RETRYQUEUE_SECRET_HEADERS"]
@@ -90,14 +92,36 @@ def load_dashboard_config(settings: Any, **overrides: Any) -> DashboardConfig:
             f"RETRYQUEUE_DASHBOARD_PAGE_SIZE must be 1-{MAX_PAGE_SIZE}, got {values['page_size']!r}"
         )
     return DashboardConfig(
-        str(values["host"]),
+        _host(values["host"]),
         port,
         token or None,
         refresh,
         page_size,
         allowed_hosts=_allowed_hosts(_get(settings, "RETRYQUEUE_DASHBOARD_ALLOWED_HOSTS")),
         session_ttl=_session_ttl(_get(settings, "RETRYQUEUE_DASHBOARD_SESSION_TTL")),
+        trusted_proxies=_trusted_proxies(_get(settings, "RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES")),
         secret_headers=secret_headers_setting(settings if settings is not None else {}),
+    )
+
+
+#: One label of a host name (RFC 1123).
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)", re.IGNORECASE)
+
+
+def _host(value: Any) -> str:
+    """RETRYQUEUE_DASHBOARD_HOST (or --host): an IP address or a host name."""
+    host = str(value).strip()
+    try:
+        ipaddress.ip_address(host.strip("[]") if host.startswith("[") else host)
+        return host.strip("[]")
+    except ValueError:
+        pass
+    name = host.removesuffix(".")
+    if name and len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split(".")):
+        return host
+    shown = repr(host) if len(host) <= 80 else f"{host[:80]!r}… ({len(host)} characters)"
+    raise ConfigError(
+        f"RETRYQUEUE_DASHBOARD_HOST (--host) must be an IP address or a host name, got {shown}"
     )
 
 
@@ -121,6 +145,29 @@ def _allowed_hosts(value: Any) -> tuple[str, ...]:
             )
         hosts.append(host)
     return tuple(hosts)
+
+
+def _trusted_proxies(value: Any) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    name = "RETRYQUEUE_DASHBOARD_TRUSTED_PROXIES"
+    if isinstance(value, str):  # -s on the command line: comma-separated
+        value = value.split(",")
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(
+        isinstance(v, str) for v in value
+    ):
+        raise ConfigError(f"{name} must be a list of IP addresses or networks, got {value!r}")
+    networks = []
+    for entry in value:
+        if not entry.strip():
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry.strip().strip("[]"), strict=False))
+        except ValueError:
+            shown = repr(entry) if len(entry) <= 80 else f"{entry[:80]!r}…"
+            raise ConfigError(
+                f"{name} entries must be IP addresses or networks like 10.0.0.0/8 (a proxy's "
+                f"address, not its name), got {shown}"
+            ) from None
+    return tuple(networks)
 
 
 def _session_ttl(value: Any) -> float:

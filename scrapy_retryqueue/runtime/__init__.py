@@ -123,25 +123,48 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
     if runtime is None:
         runtime = RetryQueueRuntime(crawler)
         if runtime.config.enabled:
-            preflight(runtime.config)
+            preflight(runtime.config, crawler.settings)
         _RUNTIMES[crawler] = runtime
     if not runtime.config.enabled:
         raise NotConfigured("RETRYQUEUE_ENABLED is False")
     return runtime
 
 
-def preflight(config: Config) -> None:
-    """Stop the crawl with one error line when its Redis cannot be reached at start."""
+def preflight(config: Config, settings: Any = None) -> None:
+    """Stop the crawl with one error line when its Redis cannot be reached at start,
+    or a path it will write cannot be written."""
     from .. import embedded
     from ..connection import check_reachable, embedded_dir
     from ..defaults import REDIS_START_TIMEOUT
     from ..exceptions import EmbeddedServerError
     from ..startup import stop_at_start
+    from ..writable import directory_problem, file_problem
 
-    # The local state (the spool, and the embedded server's data) needs a
-    # directory with a configured Redis too: found wanting mid-crawl, every
-    # failure would be lost with Scrapy's RetryMiddleware already removed.
+    if settings is not None:
+        from ..store.config import load_store_config
+
+        # The store's extension reads them again when it is built; a bad one is
+        # said here, before anything (the project's .scrapy/ folder) is made.
+        try:
+            load_store_config(settings)
+        except ConfigError as exc:
+            stop_at_start(str(exc))
+    if config.audit_log:
+        problem = file_problem(config.audit_log)
+        if problem:
+            stop_at_start(f"RETRYQUEUE_AUDIT_LOG {config.audit_log!r} cannot be written: {problem}")
+    # The local state (the spool, the embedded server's data and the SQLite
+    # store) needs a directory with a configured Redis too: found wanting
+    # mid-crawl, every failure would be lost with Scrapy's RetryMiddleware
+    # already removed. It is looked at first without creating anything (a
+    # refused path leaves the disk as it was), then made and written to.
     directory = embedded_dir(config.embedded_dir)
+    problem = directory_problem(directory)
+    if problem:
+        stop_at_start(
+            f"the local state has no directory: RETRYQUEUE_EMBEDDED_DIR {str(directory)!r} "
+            f"cannot hold the spool and the embedded server's data: {problem}"
+        )
     try:
         embedded.check_directory(directory)
     except EmbeddedServerError as exc:
@@ -202,10 +225,15 @@ class RetryQueueRuntime:
         self.writes = WritePath(self.config, self.reporter)
         self.breaker = DomainBreaker(self.config, self.writes, self.reporter)
         self.leases = Leases(self.config)
+        try:
+            hook = self._build_hook(self.config.retry_hook)
+        except ConfigError as exc:
+            logger.error("scrapy-retryqueue: %s", exc)
+            raise mark_logged(exc) from None
         self.planner = Planner(
             self.config,
             fingerprint=self.fingerprint,
-            retry_hook=self._build_hook(self.config.retry_hook),
+            retry_hook=hook,
             cooling=self.breaker.cooling,
             recomputed_meta=_recomputed_meta(crawler),
         )
@@ -231,10 +259,17 @@ class RetryQueueRuntime:
             return hook
         from scrapy.utils.misc import build_from_crawler
 
-        instance = build_from_crawler(hook, self.crawler)
+        try:
+            instance = build_from_crawler(hook, self.crawler)
+        except Exception as exc:
+            raise ConfigError(
+                f"RETRYQUEUE_RETRY_HOOK {hook.__module__}.{hook.__qualname__} could not be "
+                f"built: {type(exc).__name__}: {exc}"
+            ) from None
         if not callable(instance):
             raise ConfigError(
-                f"RETRYQUEUE_RETRY_HOOK {hook!r} builds an object that is not callable "
+                f"RETRYQUEUE_RETRY_HOOK {hook.__module__}.{hook.__qualname__} builds an object "
+                "that is not callable "
                 f"(it needs a __call__(request, decision) method)"
             )
         return instance

@@ -38,8 +38,8 @@ class StoreConfig:
         return f"sqlite:///{embedded_directory / defaults.STORE_SQLITE_NAME}"
 
 
-def _positive(settings: Any, name: str) -> float:
-    value = float(number_setting(settings, name, finite=True))
+def _positive(settings: Any, name: str, maximum: float | None = None) -> float:
+    value = float(number_setting(settings, name, finite=True, maximum=maximum))
     if value == 0:
         raise ConfigError(f"{name} must be > 0, got {value!r}")
     return value
@@ -49,7 +49,7 @@ def _retention(settings: Any, name: str) -> float | None:
     value = raw_setting(settings, name)
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
         return None
-    return _positive(settings, name)
+    return _positive(settings, name, maximum=defaults.SETTING_DAYS_MAX)
 
 
 def check_database_url(url: Any, *, name: str = "RETRYQUEUE_DATABASE_URL") -> str | None:
@@ -73,7 +73,21 @@ def check_database_url(url: Any, *, name: str = "RETRYQUEUE_DATABASE_URL") -> st
         raise ConfigError(
             f"{name} must be a postgresql:// or sqlite:/// URL, got {redact_url(url)!r}"
         )
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # An in-memory database is one per connection: the writer's rows would
+        # vanish, and nobody else (the commands, the dashboard) could read them.
+        raise ConfigError(
+            f"{name} must name a SQLite file (sqlite:///path/to/store.sqlite3), got {redact_url(url)!r}"
+        )
     return url
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file of a sqlite:/// URL; None for any other database."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.database if parsed.get_backend_name() == "sqlite" else None
 
 
 def load_store_config(settings: Any) -> StoreConfig:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import IO, Any
 
-from ..redact import mask_envelope
+from ..redact import mask_envelope, mask_raw
 from .queries import EXPORT_COLUMNS, JSON_COLUMNS, TIME_COLUMNS
 
 FORMATS = ("csv", "jsonl", "json")
@@ -116,24 +116,30 @@ def _needles(secret: frozenset[str]) -> tuple[str, ...]:
 def masked_envelope(text: str | None, secret: frozenset[str]) -> str | None:
     """An envelope's JSON text with the values of its secret request headers masked.
 
-    Text that cannot hold one (no secret name appears in it, quoted, whatever
-    the case) is returned as it is, without decoding: most rows of a large
-    export are not decoded at all. The text was written by this package's
-    json.dumps or PostgreSQL's jsonb output, neither of which escapes an ASCII
-    letter, so a header name appears in it as itself.
+    Text that cannot hold one (no secret name appears in it, whatever the
+    case) is returned as it is, without decoding: most rows of a large export
+    are not decoded at all. This package's json.dumps and PostgreSQL's jsonb
+    output escape no ASCII letter, but a hostile writer's envelope may spell a
+    name with escapes (``"\\u0041uthorization"``), and a malformed dead
+    letter's bytes are kept as base64 (``"raw_base64"``), where no name shows:
+    text holding either is decoded and masked too (mask_envelope reads both).
     """
     if text is None or not secret:
         return text
     lowered = text.lower()
-    for needle in _needles(secret):
-        if needle in lowered:
-            break
-    else:
-        return text
+    if "\\u" not in text and '"raw_base64"' not in text:
+        for needle in _needles(secret):
+            if needle in lowered:
+                break
+        else:
+            return text
     try:
         envelope = json.loads(text)
-    except ValueError:
-        return text  # not JSON: shown as stored (a malformed dead letter keeps its raw text)
+    except (ValueError, RecursionError):
+        # Not JSON (a malformed dead letter keeps its raw text): shown as stored,
+        # but for the secret values that text may still show (mask_raw).
+        shown = mask_raw(text, secret)
+        return text if shown == text else shown
     masked = mask_envelope(envelope, secret)
     if masked is envelope:
         return text
