@@ -4,11 +4,12 @@
                                         [--redis-url redis://host:6379/0]
                                         [--writer [--database-url URL]]
 
-The nodes share one Redis: scrapy-redis's frontier and dupefilter hand each page
-to one node, and scrapy-retryqueue shares the failures. Without --redis-url the
+The nodes share one Redis: scrapy-redis's scheduler, over scrapy-retryqueue's
+leased frontier, hands each page to one node under a lease, and scrapy-retryqueue
+shares the failures. Without --redis-url the
 project's embedded server is that Redis (all nodes run on this machine). With
 --late N, the last node starts N seconds after the others have begun crawling
-(their shared dupefilter holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
+(their shared frontier holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
 then the totals: pages parsed more than once (duplicates) and pages that never
 got their final answer (lost).
 
@@ -185,7 +186,7 @@ def _wait_until_crawling(
     client: Any, spider: str, processes: list[tuple[str, subprocess.Popen[bytes], Path]]
 ) -> None:
     deadline = time.monotonic() + 120
-    while not client.exists(f"{spider}:dupefilter"):
+    while not client.exists(keys_for(spider).frontier_seen):
         if time.monotonic() > deadline or any(p.poll() is not None for _, p, _ in processes):
             return
         time.sleep(0.05)

@@ -21,7 +21,7 @@ from scrapy import Request
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
-from .defaults import ENVELOPE_VERSION, TRANSIENT_META_KEYS
+from .defaults import ENVELOPE_VERSION, META_TASK, TRANSIENT_META_KEYS
 from .encryption import RequestCipher, open_request
 from .exceptions import EnvelopeError
 from .kinds import MALFORMED
@@ -236,6 +236,41 @@ def request_from_json(
         return request_from_dict(d, spider=spider)
     except (ValueError, TypeError, AttributeError, ImportError) as exc:
         raise EnvelopeError(f"envelope request cannot be rebuilt: {exc}") from None
+
+
+def frontier_request_to_json(
+    request: Request, spider: Any, *, cipher: RequestCipher | None = None
+) -> str:
+    """A request as the leased frontier stores it: :func:`request_to_json`, sealed
+    with *cipher* when set, and its ``dont_filter`` flag (a frontier request is
+    not marked ``dont_filter`` on its way back, unlike a retry)."""
+    data = request_to_json(request, spider)
+    task = request.meta.get(META_TASK)
+    if task is not None:
+        # A re-injected retry keeps its task through the frontier (it is plain
+        # JSON), so that whichever node downloads it settles the task.
+        data["meta"] = {**data.get("meta", {}), META_TASK: check_json(task, "meta")}
+    if cipher is not None:
+        data = cipher.seal(data)
+    if request.dont_filter:
+        data["dont_filter"] = True
+    return _dumps(data)
+
+
+def frontier_request_from_json(
+    raw: str | bytes, spider: Any, *, cipher: RequestCipher | None = None
+) -> Request:
+    """Rebuild a request of the leased frontier; EnvelopeError says what is wrong."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise EnvelopeError(f"frontier request is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        raise EnvelopeError("frontier request must be a JSON object with a string 'url'")
+    dont_filter = data.pop("dont_filter", False) is True
+    request = request_from_json(data, spider, cipher=cipher)
+    request.dont_filter = dont_filter
+    return request
 
 
 def _is_request_class_path(path: Any) -> bool:

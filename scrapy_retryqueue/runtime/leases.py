@@ -35,8 +35,9 @@ class PollResult:
     token: str = ""
     #: Domains cooling down (domain -> end, ms); None when cooldowns are off.
     cooling: dict[str, int] | None = None
-    #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms).
-    nodes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms,
+    #: registered ms).
+    nodes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 class Leases:
@@ -70,7 +71,12 @@ class Leases:
         return lease_token(self._prefix, next(self._serial))
 
     def poll_io(
-        self, queue: RedisDelayedQueue, domains: DomainCooldowns | None, *, last_busy: int
+        self,
+        queue: RedisDelayedQueue,
+        domains: DomainCooldowns | None,
+        *,
+        last_busy: int,
+        registered: int = 0,
     ) -> Callable[[], PollResult]:
         """The blocking part of one poll, as a function for the worker thread.
 
@@ -105,7 +111,7 @@ class Leases:
                 deferral_max_wait_ms=max_wait_ms,
             )
             cooling = domains.cooling() if domains is not None else None
-            nodes = queue.heartbeat(now=now_, last_busy=last_busy)
+            nodes = queue.heartbeat(now=now_, last_busy=last_busy, registered=registered)
             return PollResult(claimed, reclaimed, poisoned, lost, token, cooling, nodes)
 
         return io

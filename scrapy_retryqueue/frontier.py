@@ -1,0 +1,107 @@
+"""The leased frontier for scrapy-redis fleets: the scheduler queue and dupefilter a project names.
+
+scrapy-redis's own queues pop a request destructively: a node killed with
+requests popped and not finished loses them, and its shared dupefilter keeps
+every other node from fetching them again. These classes keep scrapy-redis's
+scheduler and replace its queue and dupefilter::
+
+    SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+    SCHEDULER_QUEUE_CLASS = "scrapy_retryqueue.frontier.LeasedPriorityQueue"
+    DUPEFILTER_CLASS = "scrapy_retryqueue.frontier.FrontierDupeFilter"
+    SCHEDULER_PERSIST = True
+
+A popped request is leased to the node, not deleted; it is acknowledged once
+the engine has finished it (its callback ran and its output went to the
+pipelines and the scheduler, or its failure was parked or dead-lettered), handed
+back when the node stops, and taken over by another node when its lease
+expires. The requests live in the retry queue's Redis (RETRYQUEUE_REDIS_URL, or
+scrapy-redis's REDIS_URL), in the spider's namespace, as JSON. Thin glue: the
+work is done behind the crawler's runtime facade.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy.dupefilters import BaseDupeFilter
+
+from .runtime import RetryQueueRuntime, runtime_for
+
+if TYPE_CHECKING:
+    from collections.abc import Container
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+
+class LeasedPriorityQueue:
+    """scrapy-redis's queue interface over the leased frontier, best priority first
+    (the order of scrapy-redis's default PriorityQueue)."""
+
+    order = "priority"
+
+    def __init__(self, server: Any, spider: Spider, key: str, serializer: Any = None) -> None:
+        # scrapy-redis's connection, key and serializer are not used: the
+        # frontier is in the retry queue's Redis and namespace, as JSON.
+        self.spider = spider
+        crawler: Crawler = spider.crawler
+        self.runtime: RetryQueueRuntime = runtime_for(crawler)
+        self.runtime.frontier_start(
+            order=self.order,
+            in_progress=lambda: _in_progress(crawler),
+            wake=lambda: _wake(crawler),
+        )
+
+    def __len__(self) -> int:
+        return self.runtime.frontier_size
+
+    def push(self, request: Request) -> None:
+        self.runtime.frontier_push(request)
+
+    def pop(self, timeout: float = 0) -> Request | None:
+        # Never blocks (scrapy-redis's timeout would hold the reactor): the
+        # engine is woken when a leased batch lands.
+        return self.runtime.frontier_pop()
+
+    def clear(self) -> None:
+        self.runtime.frontier_clear()
+
+
+class LeasedFifoQueue(LeasedPriorityQueue):
+    """The leased frontier in the order requests were pushed (scrapy-redis's FifoQueue)."""
+
+    order = "fifo"
+
+
+class FrontierDupeFilter(BaseDupeFilter):
+    """The dupefilter to name with the leased frontier: it lets every request through.
+
+    The frontier's push keeps each fingerprint once, in the same Lua script that
+    stores the request: a dupefilter that marked a request seen before it was
+    stored would lose it for good when a node died between the two.
+    """
+
+    @classmethod
+    def from_spider(cls, spider: Spider) -> FrontierDupeFilter:
+        # scrapy-redis builds its dupefilter with from_spider when it has one.
+        return cls()
+
+    def request_seen(self, request: Request) -> bool:
+        return False
+
+
+def _in_progress(crawler: Crawler) -> Container[Request] | None:
+    """The requests the engine has not finished; None when this Scrapy does not tell."""
+    engine = getattr(crawler, "engine", None)
+    slot = getattr(engine, "_slot", None)
+    if slot is None:
+        return frozenset()  # the engine holds nothing (not started, or closed)
+    inprogress = getattr(slot, "inprogress", None)
+    return inprogress if isinstance(inprogress, (set, frozenset)) else None
+
+
+def _wake(crawler: Crawler) -> None:
+    slot = getattr(getattr(crawler, "engine", None), "_slot", None)
+    nextcall = getattr(slot, "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()
