@@ -39,7 +39,7 @@ PROJECT = Path(__file__).resolve().parent
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue.keys import keys_for  # noqa: E402
+from scrapy_retryqueue.keys import keys_for, lease_owner  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -52,6 +52,11 @@ NODE_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_FLEET_WAIT": 15,
     "RETRYQUEUE_STORE_ENABLED": False,
     "LOG_LEVEL": "INFO",
+    # Each item reaches the feed file at once: a node killed with -9 keeps the
+    # items of the pages it parsed (demo/exporters.py).
+    "FEED_EXPORTERS": {
+        fmt: "demo.exporters.FlushingJsonLinesItemExporter" for fmt in ("jsonl", "jsonlines")
+    },
     "RETRYQUEUE_POLICIES": {
         kind: {"base_delay": 0.3, "max_delay": 2}
         for kind in ("timeout", "connection", "rate_limited", "server_error", "parse")
@@ -135,6 +140,31 @@ class Writer:
 
 
 @dataclass
+class Crawling:
+    """The fleet while it crawls, for a *watch* callback of :func:`run_fleet`."""
+
+    client: Any
+    spider: str
+    #: node name -> (its process, its feed file; its log is beside it, .log)
+    nodes: dict[str, tuple[subprocess.Popen[bytes], Path]]
+
+    def parsed(self, name: str) -> int:
+        """Items the node has written to its feed so far."""
+        out = self.nodes[name][1]
+        return out.read_bytes().count(b"\n") if out.exists() else 0
+
+    def held(self, name: str) -> int:
+        """Frontier requests and retry tasks leased to the node now."""
+        keys = keys_for(self.spider)
+        return sum(
+            1
+            for owners in (keys.frontier_owners, keys.owners)
+            for token in self.client.hvals(owners)
+            if lease_owner(token) == name
+        )
+
+
+@dataclass
 class Fleet:
     nodes: list[Node]
     #: Pages the site says a crawler can parse (not 404 / 403 / gone).
@@ -204,12 +234,14 @@ def run_fleet(
     node_settings: dict[str, Any] | None = None,
     writer: Callable[[str], Writer] | None = None,
     during: Callable[[Writer | None], None] | None = None,
+    watch: Callable[[Crawling], None] | None = None,
 ) -> Fleet:
     """Start the site and the nodes, wait for every node to finish, read what each did.
 
     *writer* makes the store writer of the spider (its name given): started before
     the nodes, stopped once it wrote everything they left. *during* is called once
-    the fleet is crawling, with that writer (to kill it, say).
+    the fleet is crawling, with that writer (to kill it, say); *watch* then, with
+    the running nodes (to kill one once it has crawled a share, say).
     """
     import redis
 
@@ -246,9 +278,12 @@ def run_fleet(
                     text = json.dumps(value) if isinstance(value, dict) else str(value)
                     command += ["-s", f"{key}={text}"]
                 processes.append((name, subprocess.Popen(command, cwd=PROJECT), out))
-            if during is not None:
+            if during is not None or watch is not None:
                 _wait_until_crawling(client, spider, processes)
+            if during is not None:
                 during(store_writer)
+            if watch is not None:
+                watch(Crawling(client, spider, {name: (p, out) for name, p, out in processes}))
             results = []
             for name, process, out in processes:
                 returncode = process.wait(600)

@@ -35,6 +35,11 @@ def test_key_names():
     assert keys.cooling == "retryqueue:{quotes}:cooling"
     assert keys.bursts == "retryqueue:{quotes}:bursts"
     assert keys.probes == "retryqueue:{quotes}:probes"
+    assert keys.frontier == "retryqueue:{quotes}:frontier"
+    assert keys.frontier_requests == "retryqueue:{quotes}:frontier:requests"
+    assert keys.frontier_leased == "retryqueue:{quotes}:frontier:leased"
+    assert keys.frontier_seen == "retryqueue:{quotes}:frontier:seen"
+    assert keys.frontier_quarantine == "retryqueue:{quotes}:frontier:quarantine"
 
 
 def test_all_keys_lists_every_key_once():
@@ -42,7 +47,7 @@ def test_all_keys_lists_every_key_once():
     listed = all_keys(keys)
     fields = [v for k, v in ((f, getattr(keys, f)) for f in keys.__slots__) if k != "spider"]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 15
+    assert len(set(listed)) == len(listed) == 24
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])
