@@ -147,6 +147,12 @@ class Crawling:
     spider: str
     #: node name -> (its process, its feed file; its log is beside it, .log)
     nodes: dict[str, tuple[subprocess.Popen[bytes], Path]]
+    #: The flaky site (flaky_site.RunningSite).
+    site: Any = None
+
+    def registered(self) -> int:
+        """Nodes that have written a heartbeat (they opened the spider and polled)."""
+        return int(self.client.hlen(keys_for(self.spider).nodes))
 
     def parsed(self, name: str) -> int:
         """Items the node has written to its feed so far."""
@@ -235,13 +241,15 @@ def run_fleet(
     writer: Callable[[str], Writer] | None = None,
     during: Callable[[Writer | None], None] | None = None,
     watch: Callable[[Crawling], None] | None = None,
+    on_site: Callable[[Any], None] | None = None,
 ) -> Fleet:
     """Start the site and the nodes, wait for every node to finish, read what each did.
 
     *writer* makes the store writer of the spider (its name given): started before
     the nodes, stopped once it wrote everything they left. *during* is called once
     the fleet is crawling, with that writer (to kill it, say); *watch* then, with
-    the running nodes (to kill one once it has crawled a share, say).
+    the running nodes (to kill one once it has crawled a share, say). *on_site* is
+    called with the site once it serves, before the nodes start.
     """
     import redis
 
@@ -251,6 +259,8 @@ def run_fleet(
     options = {"pages": pages, "slow": 2, "retry_after": 1, "latency": 0.05, **(site_options or {})}
     try:
         with spawn(**options) as site:
+            if on_site is not None:
+                on_site(site)
             processes: list[tuple[str, subprocess.Popen[bytes], Path]] = []
             started = time.monotonic()
             if store_writer is not None:
@@ -283,7 +293,8 @@ def run_fleet(
             if during is not None:
                 during(store_writer)
             if watch is not None:
-                watch(Crawling(client, spider, {name: (p, out) for name, p, out in processes}))
+                nodes_running = {name: (p, out) for name, p, out in processes}
+                watch(Crawling(client, spider, nodes_running, site))
             results = []
             for name, process, out in processes:
                 returncode = process.wait(600)

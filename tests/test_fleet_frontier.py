@@ -66,3 +66,64 @@ def test_nodes_killed_mid_crawl_lose_no_page(
     assert fleet.duplicates <= sum(held.values()), report
     survivors = [n for n in fleet.nodes if n.name not in victims]
     assert sum(n.stats.get("retryqueue/frontier/reclaimed", 0) for n in survivors) > 0, report
+
+
+#: One repetition of the same-instant start: a tiny healthy site, one request at a
+#: time per node, short waits, so that a repetition takes seconds.
+START_SITE = {"pages": 12, "mix": "healthy", "latency": 0.2}
+START_NODES = {
+    "CONCURRENT_REQUESTS": 1,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+    # The start page waits for every node to be up (see below): no timeout meanwhile.
+    "DOWNLOAD_TIMEOUT": 60,
+    "RETRYQUEUE_LEASE_TIME": 1.5,
+    "RETRYQUEUE_POLL_INTERVAL": 0.2,
+}
+REPETITIONS = 20
+#: Repetitions run side by side (each has its own site and spider).
+AT_ONCE = 4
+
+
+def test_three_nodes_started_at_the_same_instant_all_take_part_every_time(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Three nodes launched at the same instant; the site answers nothing until all
+    three have opened the spider (it is stopped with SIGSTOP), so however far apart
+    a loaded machine starts them, the crawl is still to come for each: the first
+    node holds the start page's lease, and the others must stay for it rather than
+    leave with an empty frontier in view."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def hold(site: Any) -> None:
+        site.process.send_signal(signal.SIGSTOP)
+
+    def release_when_all_opened(fleet: Any) -> None:
+        try:
+            wait_for(lambda: fleet.registered() == 3, "three nodes registered", 120)
+        finally:
+            fleet.site.process.send_signal(signal.SIGCONT)
+
+    def repetition(n: int) -> Any:
+        workdir = tmp_path / f"rep{n}"
+        workdir.mkdir()
+        return run_fleet(
+            nodes=3,
+            pages=START_SITE["pages"],
+            redis_url=redis_url,
+            workdir=workdir,
+            site_options=START_SITE,
+            node_settings=START_NODES,
+            on_site=hold,
+            watch=release_when_all_opened,
+        )
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        fleets = list(pool.map(repetition, range(REPETITIONS)))
+    for n, fleet in enumerate(fleets):
+        report = f"repetition {n}:\n{fleet.report()}"
+        for node in fleet.nodes:
+            assert node.returncode == 0, node.log[-3000:]
+            # No node left while the fleet held the start page's lease.
+            assert node.fetched > 0, report
+        assert fleet.lost == set(), report
+        assert fleet.duplicates == 0, report
