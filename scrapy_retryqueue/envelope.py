@@ -21,7 +21,7 @@ from scrapy import Request
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
-from .defaults import ENVELOPE_VERSION, META_TASK, TRANSIENT_META_KEYS
+from .defaults import ENVELOPE_VERSION, TRANSIENT_META_KEYS
 from .encryption import RequestCipher, open_request
 from .exceptions import EnvelopeError
 from .kinds import MALFORMED
@@ -245,11 +245,6 @@ def frontier_request_to_json(
     with *cipher* when set, and its ``dont_filter`` flag (a frontier request is
     not marked ``dont_filter`` on its way back, unlike a retry)."""
     data = request_to_json(request, spider)
-    task = request.meta.get(META_TASK)
-    if task is not None:
-        # A re-injected retry keeps its task through the frontier (it is plain
-        # JSON), so that whichever node downloads it settles the task.
-        data["meta"] = {**data.get("meta", {}), META_TASK: check_json(task, "meta")}
     if cipher is not None:
         data = cipher.seal(data)
     if request.dont_filter:

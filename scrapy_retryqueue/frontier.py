@@ -10,6 +10,12 @@ scheduler and replace its queue and dupefilter::
     DUPEFILTER_CLASS = "scrapy_retryqueue.frontier.FrontierDupeFilter"
     SCHEDULER_PERSIST = True
 
+Or, on one machine as in a fleet, the scheduler alone, which needs no Redis of
+scrapy-redis's own (the frontier is in the retry queue's Redis, the embedded
+server by default) and keeps the frontier when the crawl stops::
+
+    SCHEDULER = "scrapy_retryqueue.frontier.LeasedScheduler"
+
 A popped request is leased to the node, not deleted; it is acknowledged once
 the engine has finished it (its callback ran and its output went to the
 pipelines and the scheduler, or its failure was parked or dead-lettered), handed
@@ -24,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
+from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from .runtime import RetryQueueRuntime, runtime_for
 
@@ -88,6 +95,43 @@ class FrontierDupeFilter(BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         return False
+
+
+class LeasedScheduler(RedisScheduler):
+    """scrapy-redis's scheduler over the leased frontier, without a Redis of its own.
+
+    Its queue is :class:`LeasedPriorityQueue` (SCHEDULER_QUEUE_CLASS may name
+    :class:`LeasedFifoQueue`), its dupefilter :class:`FrontierDupeFilter`, and
+    SCHEDULER_PERSIST is True unless set: a crawl that stops (Ctrl-C, a node
+    that leaves) keeps what is left for the next crawl or the other nodes.
+    """
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> LeasedScheduler:
+        queue_cls = settings.get("SCHEDULER_QUEUE_CLASS")
+        if not (isinstance(queue_cls, str) and queue_cls.startswith(f"{__name__}.")):
+            queue_cls = f"{__name__}.{LeasedPriorityQueue.__name__}"
+        return cls(
+            server=None,
+            persist=settings.getbool("SCHEDULER_PERSIST", True),
+            flush_on_start=settings.getbool("SCHEDULER_FLUSH_ON_START"),
+            queue_cls=queue_cls,
+            dupefilter=FrontierDupeFilter(),
+        )
+
+    def next_request(self) -> Request | None:
+        # scrapy-redis's SCHEDULER_IDLE_BEFORE_CLOSE would block the reactor in a
+        # pop; the leased frontier never blocks, so it is not passed.
+        request = self.queue.pop()
+        if request is not None and self.stats:
+            self.stats.inc_value("scheduler/dequeued/redis")
+        return request
+
+    def enqueue_request(self, request: Request) -> bool:
+        if self.stats:
+            self.stats.inc_value("scheduler/enqueued/redis")
+        self.queue.push(request)
+        return True
 
 
 def _in_progress(crawler: Crawler) -> Container[Request] | None:

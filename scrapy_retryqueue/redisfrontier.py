@@ -32,6 +32,7 @@ FRONTIER_SCRIPT_NAMES = (
     "frontier_release",
     "frontier_reap",
     "frontier_quarantine",
+    "frontier_finish",
     # The retry queue's own: it renews any leases given their two keys.
     "renew",
 )
@@ -171,6 +172,14 @@ class RedisFrontier:
                 args += [wire_id(request_id), token]
             total += self._run(script, keys, args)
         return total
+
+    def finish(self, *, alive_after: int) -> bool:
+        """Forget the seen fingerprints when the crawl is over (nothing waits or is
+        leased, no node with a heartbeat at or after *alive_after* still crawls)."""
+        k = self.keys
+        keys = [k.frontier, k.frontier_leased, k.frontier_seen, k.frontier_seq]
+        keys += [k.due, k.leased, k.nodes]
+        return bool(self._run("frontier_finish", keys, [alive_after]))
 
     def counts(self) -> tuple[int, int]:
         """(waiting, leased) requests of the frontier."""

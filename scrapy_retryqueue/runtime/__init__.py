@@ -191,6 +191,7 @@ class RetryQueueRuntime:
         self._frontier_again = False
         self._frontier_maintain = False
         self._frontier_kick_armed = False
+        self._frontier_clear_on_open = False
         #: When this node registered with the fleet (its first heartbeat, ms).
         self._registered = 0
         self._closing = False
@@ -258,6 +259,9 @@ class RetryQueueRuntime:
         finally:
             self._opening.callback(None)
         if self.frontier.in_use:
+            if self._frontier_clear_on_open:
+                self._frontier_clear_on_open = False
+                self.frontier_clear()
             self._frontier_kick()
 
     async def close(self) -> None:
@@ -543,6 +547,12 @@ class RetryQueueRuntime:
         from ..envelope import frontier_request_to_json
 
         request.meta.pop(META_FRONTIER, None)
+        if live_ref(request) is not None:
+            # A re-injected retry is leased already, by the retry queue: it stays
+            # on this node, whose lease brings it back if the node dies. Through
+            # the shared frontier, a copy could outlive a lease handed back.
+            self.frontier.local.append(request)
+            return
         try:
             text = frontier_request_to_json(request, self.spider, cipher=self.config.encryption)
         except EnvelopeError as exc:
@@ -614,6 +624,7 @@ class RetryQueueRuntime:
         self.frontier.outbox.clear()
         self.frontier.ready.clear()
         if queue is None or self.spider is None:
+            self._frontier_clear_on_open = True  # the scheduler opens before the runtime
             return
         keys = frontier_keys(keys_for(self.spider.name))
         self.writes.call(queue.client.delete, *keys).addErrback(
@@ -723,8 +734,6 @@ class RetryQueueRuntime:
             return
         self.frontier.settle(self._in_progress())
         entries, acks, bad, release = self.frontier.take_all()
-        if not (entries or acks or bad or release):
-            return
         if writes.down:
             logger.warning(
                 "scrapy-retryqueue: Redis is down at close: %d frontier request(s) this node "
@@ -734,8 +743,10 @@ class RetryQueueRuntime:
             )
             return
         try:
-            pushed, acked, released = await maybe_deferred_to_future(
-                writes.call(close_io, store, entries, acks, bad, release)
+            poll_ms = int(self.config.poll_interval * 1000)
+            alive_after = now_ms() - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
+            pushed, acked, released, finished = await maybe_deferred_to_future(
+                writes.call(close_io, store, entries, acks, bad, release, alive_after=alive_after)
             )
         except Exception as exc:
             logger.warning(
@@ -745,7 +756,14 @@ class RetryQueueRuntime:
                 exc,
             )
             return
-        self.reporter.count("retryqueue/frontier/acked", acked)
+        if finished:
+            logger.info(
+                "scrapy-retryqueue: the crawl's frontier is done; the next crawl of %r starts "
+                "afresh",
+                self.spider.name if self.spider is not None else "?",
+            )
+        if acked:
+            self.reporter.count("retryqueue/frontier/acked", acked)
         if pushed:
             self.reporter.count("retryqueue/frontier/pushed", pushed)
         if released:

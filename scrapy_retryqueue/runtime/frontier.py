@@ -209,17 +209,20 @@ def close_io(
     acks: dict[str, str],
     bad: dict[str, str],
     release: dict[str, str],
-) -> tuple[int, int, int]:
-    """The last round trip of a node: pushes, acks, quarantines, then hand back the rest.
+    *,
+    alive_after: int,
+) -> tuple[int, int, int, bool]:
+    """The last round trip of a node: pushes, acks, quarantines, then hand back the
+    rest; a crawl found over forgets its seen fingerprints (frontier_finish.lua).
 
-    Returns (pushed, acked, released).
+    Returns (pushed, acked, released, finished).
     """
     pushed = sum(store.push(entries)) if entries else 0
     acked = len(acks) - len(store.ack(acks)) if acks else 0
     if bad:
         store.quarantine(bad)
     released = store.release(release) if release else 0
-    return pushed, acked, released
+    return pushed, acked, released, store.finish(alive_after=alive_after)
 
 
 def entry_for(request_id: str, fingerprint: str, request: Request, text: str) -> Entry:
