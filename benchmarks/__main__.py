@@ -30,6 +30,7 @@ import scrapy
 from . import (
     deadletters,
     faults,
+    frontier,
     latency,
     memory,
     overhead,
@@ -99,6 +100,14 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
         },
     ),
     "scale": (scale, 3, {}),
+    "frontier": (
+        frontier,
+        5,
+        {
+            "ratio": (lambda v: v >= 0.95, ">= 0.95"),
+            "CPU ratio": (lambda v: v <= 1.10, "<= 1.10"),
+        },
+    ),
     "hiredis": (parsers, 5, {}),
 }
 
