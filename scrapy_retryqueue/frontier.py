@@ -96,6 +96,10 @@ class FrontierDupeFilter(BaseDupeFilter):
     def request_seen(self, request: Request) -> bool:
         return False
 
+    def clear(self) -> None:
+        """scrapy-redis's flush clears its dupefilter, then its queue: the queue's
+        clear forgets the frontier's seen fingerprints with the rest."""
+
 
 class LeasedScheduler(RedisScheduler):
     """scrapy-redis's scheduler over the leased frontier, without a Redis of its own.

@@ -88,6 +88,16 @@ def test_a_parked_failure_is_acked_only_once_its_park_is_written() -> None:
     assert f.done == {"a": "t1"}
 
 
+def test_a_request_whose_download_was_cancelled_is_handed_back_not_acked() -> None:
+    f = _frontier()
+    f.running = {"a": ("t1", Request("http://x/a"))}
+    f.hand_back("a")
+    f.hand_back("unknown")
+    f.settle(set())
+    assert f.done == {} and f.kept == {"a": "t1"}
+    assert f.take_all()[3] == {"a": "t1"}
+
+
 def test_one_round_trip_writes_pushes_before_acks_then_leases() -> None:
     f = _frontier()
     f.outbox = [Entry("c", "c", 0, "{}")]
@@ -192,6 +202,7 @@ def test_the_frontier_dupefilter_lets_every_request_through() -> None:
     df = FrontierDupeFilter.from_spider(_Spider())
     assert df.request_seen(Request("http://x/a")) is False
     assert df.request_seen(Request("http://x/a")) is False
+    df.clear()  # scrapy-redis's flush (SCHEDULER_PERSIST False) calls it
 
 
 def test_a_heartbeat_carries_the_registration_time(redis_client: Any, spider_name: str) -> None:

@@ -493,7 +493,11 @@ class RetryQueueRuntime:
         )
 
     def release(self, request: Request) -> None:
-        """Hand a re-injected request's task back, due now (its download was cancelled)."""
+        """Hand a re-injected request's task back, due now (its download was cancelled);
+        a frontier request is handed back too, when the node closes, not acknowledged."""
+        frontier_ref = request.meta.get(META_FRONTIER)
+        if isinstance(frontier_ref, dict):
+            self.frontier.hand_back(frontier_ref.get("id"))
         ref = live_ref(request)
         queue = self.writes.queue
         if ref is None or queue is None or self.writes.down:
@@ -698,9 +702,10 @@ class RetryQueueRuntime:
                 self.config.max_reclaims,
                 ", ".join(ascii(x) for x in result.poisoned[:5]),
             )
-        if result.leased.requests or (before and not len(frontier)):
-            # A batch to crawl, or the engine may find itself idle now rather
-            # than at its next 5-second heartbeat.
+        if result.leased.requests or result.acked or (before and not len(frontier)):
+            # A batch to crawl; or requests finished, or the frontier ran dry: the
+            # engine may find itself idle now rather than at its next 5-second
+            # heartbeat.
             self._wake()
 
     def _frontier_failed(self, failure: Any) -> None:

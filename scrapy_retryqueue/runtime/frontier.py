@@ -109,6 +109,13 @@ class Frontier:
                 del self.running[request_id]
                 self.done[request_id] = token
 
+    def hand_back(self, request_id: Any) -> None:
+        """A request the engine gives up without running it (its download cancelled by
+        the shutdown): kept under lease, handed back when the node closes."""
+        entry = self.running.pop(request_id, None) if isinstance(request_id, str) else None
+        if entry is not None:
+            self.kept[request_id] = entry[0]
+
     def park_started(self, request_id: str) -> bool:
         if request_id not in self.running:
             return False
