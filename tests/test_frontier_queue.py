@@ -124,3 +124,68 @@ def test_a_ghost_leaves_the_frontier(redis_client: Any, spider_name: str) -> Non
     assert [i for i, _ in leased.requests] == ["fp1"]
     assert leased.ghosts == ["fp2"]
     assert (leased.waiting, leased.leased) == (0, 1)
+
+
+def test_the_frontier_passes_keys_in_the_order_each_header_documents(
+    redis_client: Any, spider_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    from importlib import resources
+
+    from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
+
+    f = _frontier(redis_client, spider_name)
+    passed: dict[str, list[str]] = {}
+    run = f._run
+
+    def record(name: str, keys: list[str], args: list[Any]) -> Any:
+        passed[name] = keys
+        return run(name, keys, args)
+
+    monkeypatch.setattr(f, "_run", record)
+    f.push([_entry(1), _entry(2)])
+    f.lease(limit=2, lease_until=100, token="t")
+    f.renew({"fp1": "t"}, lease_until=100)
+    f.ack({"fp1": "t"})
+    f.quarantine({"fp2": "t"})
+    f.push([_entry(3)])
+    f.lease(limit=1, lease_until=100, token="t")
+    f.release({"fp3": "t"})
+    f.reap(now=0, max_reclaims=1)
+    f.finish(alive_after=0)
+    assert set(passed) == set(FRONTIER_SCRIPT_NAMES)
+    keys = keys_for(spider_name)
+    special = {
+        "frontier": "frontier",
+        "retry_due": "due",
+        "retry_leased": "leased",
+        "nodes": "nodes",
+    }
+    for name in FRONTIER_SCRIPT_NAMES:
+        source = resources.files("scrapy_retryqueue").joinpath("lua", f"{name}.lua").read_text()
+        names = dict(re.findall(r"^-- KEYS\[(\d+)\] (\w+)", source, re.M))
+        fields = [names[i] for i in sorted(names, key=int)]
+        if name == "renew":
+            expected = [keys.frontier_leased, keys.frontier_owners]
+        else:
+            expected = [getattr(keys, special.get(n, f"frontier_{n}")) for n in fields]
+        assert passed[name] == expected, name
+
+
+def test_a_finished_crawl_forgets_what_its_frontier_saw(
+    redis_client: Any, spider_name: str
+) -> None:
+    f = _frontier(redis_client, spider_name)
+    keys = keys_for(spider_name)
+    f.push([_entry(1)])
+    # Work left: a request waiting, then a retry pending, then a node still crawling.
+    assert f.finish(alive_after=0) is False
+    f.ack({i: "t" for i, _ in f.lease(limit=1, lease_until=10**13, token="t").requests})
+    redis_client.zadd(keys.due, {"task": 1})
+    assert f.finish(alive_after=0) is False
+    redis_client.delete(keys.due)
+    redis_client.hset(keys.nodes, "other", "5000 5000 1000")
+    assert f.finish(alive_after=4000) is False
+    # That node's heartbeat is old: it died. The crawl is over.
+    assert f.finish(alive_after=6000) is True
+    assert f.push([_entry(1)]) == [True]

@@ -5,8 +5,8 @@
 -- KEYS[2] leased    ZSET   request id -> lease expiry (frontier requests leased)
 -- KEYS[3] seen      SET    fingerprints the frontier has taken
 -- KEYS[4] seq       STRING push counter (the FIFO order)
--- KEYS[5] due       ZSET   retry task id -> due time (retries waiting)
--- KEYS[6] tleased   ZSET   retry task id -> lease expiry (retries leased)
+-- KEYS[5] retry_due    ZSET retry task id -> due time (retries waiting)
+-- KEYS[6] retry_leased ZSET retry task id -> lease expiry (retries leased)
 -- KEYS[7] nodes     HASH   node id -> "<heartbeat ms> <last busy ms> ..."
 -- ARGV[1] heartbeats at or after this time (ms) are of nodes still crawling
 --
@@ -14,10 +14,8 @@
 -- the retry queue, and no node still crawls (the caller removed its own
 -- heartbeat first). Otherwise nothing changes: an interrupted crawl resumes.
 -- Returns 1 when the seen fingerprints were forgotten, else 0.
-for i = 1, 2 do
-  if redis.call('ZCARD', KEYS[i]) > 0 then
-    return 0
-  end
+if redis.call('ZCARD', KEYS[1]) > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
+  return 0
 end
 if redis.call('ZCARD', KEYS[5]) > 0 or redis.call('ZCARD', KEYS[6]) > 0 then
   return 0
