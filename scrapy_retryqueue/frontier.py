@@ -27,12 +27,15 @@ work is done behind the crawler's runtime facade.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 
 from .runtime import RetryQueueRuntime, runtime_for
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from collections.abc import Container
@@ -53,6 +56,17 @@ class LeasedPriorityQueue:
         self.spider = spider
         crawler: Crawler = spider.crawler
         self.runtime: RetryQueueRuntime = runtime_for(crawler)
+        settings = crawler.settings
+        dupefilter = settings.get("DUPEFILTER_CLASS")
+        if not (_is_ours(settings.get("SCHEDULER")) or _is_ours(dupefilter)):
+            # LeasedScheduler brings its own dupefilter; scrapy-redis's takes the setting.
+            logger.warning(
+                "scrapy-retryqueue: the leased frontier runs with DUPEFILTER_CLASS %s, which "
+                "marks a request seen before the frontier stores it: a node killed between "
+                "the two loses it for good. Set DUPEFILTER_CLASS = %r",
+                dupefilter,
+                f"{__name__}.{FrontierDupeFilter.__name__}",
+            )
         self.runtime.frontier_start(
             order=self.order,
             in_progress=lambda: _in_progress(crawler),
@@ -113,8 +127,20 @@ class LeasedScheduler(RedisScheduler):
     @classmethod
     def from_settings(cls, settings: Any) -> LeasedScheduler:
         queue_cls = settings.get("SCHEDULER_QUEUE_CLASS")
-        if not (isinstance(queue_cls, str) and queue_cls.startswith(f"{__name__}.")):
-            queue_cls = f"{__name__}.{LeasedPriorityQueue.__name__}"
+        leased = f"{__name__}.{LeasedPriorityQueue.__name__}"
+        if not _is_ours(queue_cls):
+            if queue_cls:
+                logger.warning(
+                    "scrapy-retryqueue: LeasedScheduler runs on the leased frontier; "
+                    "SCHEDULER_QUEUE_CLASS %s is not one of its queues and is not used (%s "
+                    "is; %s.LeasedFifoQueue keeps push order)",
+                    queue_cls,
+                    leased,
+                    __name__,
+                )
+            queue_cls = leased
+        elif not isinstance(queue_cls, str):
+            queue_cls = f"{__name__}.{queue_cls.__name__}"
         return cls(
             server=None,
             persist=settings.getbool("SCHEDULER_PERSIST", True),
@@ -136,6 +162,13 @@ class LeasedScheduler(RedisScheduler):
             self.stats.inc_value("scheduler/enqueued/redis")
         self.queue.push(request)
         return True
+
+
+def _is_ours(component: Any) -> bool:
+    """*component* (a class or its import path) is one of this module's."""
+    if isinstance(component, str):
+        return component.startswith(f"{__name__}.")
+    return getattr(component, "__module__", None) == __name__
 
 
 def _in_progress(crawler: Crawler) -> Container[Request] | None:

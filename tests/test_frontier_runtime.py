@@ -213,3 +213,68 @@ def test_a_heartbeat_carries_the_registration_time(redis_client: Any, spider_nam
     assert nodes == {"n1": (5000, 4000, 1000), "old": (100, 90, 0)}
     # A node that gives no registration time registers now.
     assert queue.heartbeat(now=6000, last_busy=0)["n1"] == (6000, 0, 6000)
+
+
+def _queue_for(tmp_path: Any, redis_url: str, **settings: Any) -> Any:
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_retryqueue.frontier import LeasedPriorityQueue
+
+    crawler = get_crawler(
+        _Spider,
+        {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_STORE_ENABLED": False,
+            **settings,
+        },
+    )
+    spider = _Spider()
+    spider.crawler = crawler
+    return LeasedPriorityQueue(None, spider, "%(spider)s:requests")
+
+
+def test_the_queue_class_warns_of_a_dupefilter_that_can_lose_requests(
+    tmp_path: Any, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING"):
+        _queue_for(tmp_path, redis_url, DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter")
+    lines = [r.getMessage() for r in caplog.records if "DUPEFILTER_CLASS" in r.getMessage()]
+    assert len(lines) == 1 and "scrapy_retryqueue.frontier.FrontierDupeFilter" in lines[0]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        q = _queue_for(
+            tmp_path, redis_url, DUPEFILTER_CLASS="scrapy_retryqueue.frontier.FrontierDupeFilter"
+        )
+        _queue_for(tmp_path, redis_url, SCHEDULER="scrapy_retryqueue.frontier.LeasedScheduler")
+    assert not [r for r in caplog.records if "DUPEFILTER_CLASS" in r.getMessage()]
+    # Before the spider opens, the queue holds nothing and never blocks.
+    assert len(q) == 0 and q.pop() is None
+
+
+def test_the_leased_scheduler_needs_no_redis_of_scrapy_redis_and_persists(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_retryqueue.frontier import FrontierDupeFilter, LeasedScheduler
+
+    crawler = get_crawler(_Spider, {"REDIS_URL": "redis://127.0.0.1:1/0"})
+    scheduler = LeasedScheduler.from_crawler(crawler)
+    assert scheduler.server is None and scheduler.persist is True
+    assert isinstance(scheduler.df, FrontierDupeFilter)
+    assert scheduler.queue_cls == "scrapy_retryqueue.frontier.LeasedPriorityQueue"
+    fifo = get_crawler(
+        _Spider,
+        {
+            "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.frontier.LeasedFifoQueue",
+            "SCHEDULER_PERSIST": False,
+        },
+    )
+    scheduler = LeasedScheduler.from_crawler(fifo)
+    assert scheduler.queue_cls.endswith("LeasedFifoQueue") and scheduler.persist is False
+    # A queue class that pops destructively is not taken, and the log says so.
+    popping = get_crawler(_Spider, {"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue"})
+    with caplog.at_level("WARNING"):
+        assert LeasedScheduler.from_crawler(popping).queue_cls.endswith("LeasedPriorityQueue")
+    assert ["scrapy_redis.queue.PriorityQueue" in r.getMessage() for r in caplog.records] == [True]
