@@ -9,8 +9,9 @@ REDIS_URL, so one setting points the whole fleet at one Redis::
     scrapy crawl flaky_fleet -a site=http://127.0.0.1:8765 -s REDIS_URL=redis://host:6379/0
 
 Start it on as many machines (or terminals) as you like, at the same moment or
-one after another: a node whose frontier runs dry stays while another node still
-works (RETRYQUEUE_FLEET_WAIT). ``python example_project/run_fleet.py`` starts the
+one after another: a node whose frontier runs dry stays while the fleet holds
+frontier requests (waiting or leased to any node), pending retries, or a node
+that registered a moment ago (docs/fleet.md, "Nodes that start together"). ``python example_project/run_fleet.py`` starts the
 site and three nodes at once and prints what each did.
 """
 
