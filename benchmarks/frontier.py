@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from .common import CrawlCost, alternate, measured_crawl, side_by_side
+from .common import CrawlCost, alternate, forget, measured_crawl, side_by_side
 from .static_site import static_site
 
 PAGES = 5000
@@ -44,9 +44,9 @@ def variants(redis_url: str) -> dict[str, dict[str, object]]:
 
 
 def _forget(client: object, spider: str) -> None:
-    from scrapy_retryqueue.keys import all_keys, keys_for
-
-    client.delete(*all_keys(keys_for(spider)), f"{spider}:requests", f"{spider}:dupefilter")  # type: ignore[attr-defined]
+    # The example project's crawls keep their keys (the frontier's too) in its namespace.
+    forget(client, spider)  # type: ignore[arg-type]
+    client.delete(f"{spider}:requests", f"{spider}:dupefilter")  # type: ignore[attr-defined]
 
 
 def measure(redis_url: str, workdir: Path) -> dict[str, float]:

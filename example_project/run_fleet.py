@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = Path(__file__).resolve().parent
+#: The namespace of the demo project's Redis keys: its BOT_NAME (RETRYQUEUE_NAMESPACE).
+NAMESPACE = "demo"
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue.keys import keys_for, lease_owner  # noqa: E402
+from scrapy_retryqueue.keys import all_keys, keys_for, lease_owner  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -126,7 +128,7 @@ class Writer:
     def wait_caught_up(self, client: Any, spider: str, timeout: float = 120) -> bool:
         """Wait until every event of *spider* is written and acknowledged, and its dead
         letters left Redis; False when that did not happen within *timeout*."""
-        keys = keys_for(spider)
+        keys = keys_for(spider, NAMESPACE)
         events, dead = keys.events, keys.dead
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -152,7 +154,7 @@ class Crawling:
 
     def registered(self) -> int:
         """Nodes that have written a heartbeat (they opened the spider and polled)."""
-        return int(self.client.hlen(keys_for(self.spider).nodes))
+        return int(self.client.hlen(keys_for(self.spider, NAMESPACE).nodes))
 
     def parsed(self, name: str) -> int:
         """Items the node has written to its feed so far."""
@@ -161,7 +163,7 @@ class Crawling:
 
     def held(self, name: str) -> int:
         """Frontier requests and retry tasks leased to the node now."""
-        keys = keys_for(self.spider)
+        keys = keys_for(self.spider, NAMESPACE)
         return sum(
             1
             for owners in (keys.frontier_owners, keys.owners)
@@ -222,7 +224,7 @@ def _wait_until_crawling(
     client: Any, spider: str, processes: list[tuple[str, subprocess.Popen[bytes], Path]]
 ) -> None:
     deadline = time.monotonic() + 120
-    while not client.exists(keys_for(spider).frontier_seen):
+    while not client.exists(keys_for(spider, NAMESPACE).frontier_seen):
         if time.monotonic() > deadline or any(p.poll() is not None for _, p, _ in processes):
             return
         time.sleep(0.05)
@@ -322,7 +324,7 @@ def run_fleet(
             if info["expected"].startswith("dead:")
         }
         events: dict[str, list[str]] = {}
-        for _, fields in client.xrange(keys_for(spider).events):
+        for _, fields in client.xrange(keys_for(spider, NAMESPACE).events):
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
             for task_id in decoded.get("ids", decoded.get("id", "")).split():
                 events.setdefault(task_id, []).append(decoded["type"])
@@ -331,7 +333,7 @@ def run_fleet(
         if store_writer is not None and store_writer.process is not None:
             store_writer.kill()
         client.delete(
-            *client.keys(f"retryqueue:{{{spider}}}:*") or [f"{spider}:none"],
+            *all_keys(keys_for(spider, NAMESPACE)),
             f"{spider}:requests",
             f"{spider}:dupefilter",
         )

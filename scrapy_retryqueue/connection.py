@@ -20,7 +20,6 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
-from scrapy.utils.project import data_path
 
 from . import embedded
 from .defaults import REDIS_CONNECT_TIMEOUT, REDIS_HEALTH_CHECK_INTERVAL, REDIS_SOCKET_TIMEOUT
@@ -48,10 +47,10 @@ _ADDRESS_ARGUMENTS = ("url", "host", "port", "unix_socket_path")
 
 
 def embedded_dir(configured: str | None) -> Path:
-    """RETRYQUEUE_EMBEDDED_DIR, else ``.scrapy/retryqueue`` of the current project."""
+    """RETRYQUEUE_EMBEDDED_DIR, else the project's own (embedded.project_directory)."""
     if configured:
         return Path(configured)
-    return Path(data_path("retryqueue", createdir=False))
+    return embedded.project_directory()
 
 
 def client_for(

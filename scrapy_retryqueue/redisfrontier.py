@@ -70,12 +70,21 @@ class Leased:
 class RedisFrontier:
     """One spider's leased frontier in Redis."""
 
-    def __init__(self, client: redis.Redis | Any, spider: str, *, order: str = "priority") -> None:
+    def __init__(
+        self,
+        client: redis.Redis | Any,
+        spider: str,
+        *,
+        order: str = "priority",
+        project: str = "",
+    ) -> None:
+        """*project* is the namespace (RETRYQUEUE_NAMESPACE) the spider's keys are in,
+        as the retry queue's: "" for the layout without one."""
         if order not in ORDERS:
             raise ValueError(f"frontier order {order!r} is not one of {ORDERS}")
         self.client = client
         self.order = order
-        self.keys: Keys = keys_for(spider)
+        self.keys: Keys = keys_for(spider, project)
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in FRONTIER_SCRIPT_NAMES
         }

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scrapy_retryqueue import kinds
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.keys import frontier_keys, keys_for
 from scrapy_retryqueue.redisfrontier import Entry, RedisFrontier
 
 
@@ -189,3 +189,28 @@ def test_a_finished_crawl_forgets_what_its_frontier_saw(
     # That node's heartbeat is old: it died. The crawl is over.
     assert f.finish(alive_after=6000) is True
     assert f.push([_entry(1)]) == [True]
+
+
+def test_the_frontier_keeps_its_keys_in_the_projects_namespace(
+    redis_client: Any, spider_name: str
+) -> None:
+    project = f"p{spider_name}"
+    keys, bare = keys_for(spider_name, project), keys_for(spider_name)
+    try:
+        f = RedisFrontier(redis_client, spider_name, project=project)
+        assert f.keys == keys
+        f.push([_entry(1), _entry(2)])
+        leased = f.lease(limit=1, lease_until=10**13, token="n:a:1")
+        assert len(leased.requests) == 1
+        assert redis_client.zcard(keys.frontier) == 1
+        assert redis_client.zcard(keys.frontier_leased) == 1
+        assert redis_client.hlen(keys.frontier_requests) == 2
+        assert redis_client.scard(keys.frontier_seen) == 2
+        # Nothing in the layout without a namespace, nor in another project's.
+        assert redis_client.exists(*frontier_keys(bare)) == 0
+        assert RedisFrontier(redis_client, spider_name).counts() == (0, 0)
+        other = RedisFrontier(redis_client, spider_name, project=f"other{project}")
+        assert other.counts() == (0, 0)
+        assert f.counts() == (1, 1)
+    finally:
+        redis_client.delete(*frontier_keys(keys))

@@ -198,6 +198,47 @@ def test_an_unreadable_frontier_request_is_one_clear_error(raw: Any) -> None:
         frontier_request_from_json(raw, _Spider())
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"url":"http://x","priority":NaN}',  # no JSON: NaN
+        '{"url":"http://x","meta":{"a":1e999}}',  # a number no float holds
+        '{"url":"http://x","meta":{"a":"\\ud800"}}',  # a lone surrogate
+        '{"url":"http://x","meta":' + "[" * 200 + "]" * 200 + "}",  # nested too deep
+        '{"url":"http://x","callback":"__init__"}',  # no spider method's name
+    ],
+)
+def test_a_frontier_request_is_read_as_strictly_as_an_envelope(raw: str) -> None:
+    with pytest.raises(EnvelopeError):
+        frontier_request_from_json(raw, _Spider())
+
+
+def test_a_frontier_requests_class_is_never_imported_to_be_checked() -> None:
+    import sys
+
+    module = "scrapy_retryqueue_no_such_module_imported"
+    raw = f'{{"url":"http://x","_class":"{module}.Request"}}'
+    with pytest.raises(EnvelopeError, match="has imported"):
+        frontier_request_from_json(raw, _Spider())
+    assert module not in sys.modules
+    # A Request class this process has imported is rebuilt as that class.
+    from scrapy.http import FormRequest
+
+    stored = frontier_request_to_json(FormRequest("http://x/f", formdata={"a": "1"}), _Spider())
+    assert type(frontier_request_from_json(stored, _Spider())) is FormRequest
+
+
+def test_a_frontier_request_keeps_the_projects_meta_only() -> None:
+    # Frozen meta, as a retry's: an environment proxy and DOWNLOAD_TIMEOUT's default
+    # download_timeout are set again by the middlewares when the request comes back.
+    request = Request(
+        "http://x/a",
+        meta={"k": 1, "proxy": "http://env:3128", "_scheme_proxy": True, "download_timeout": 180},
+    )
+    text = frontier_request_to_json(request, _Spider(), recomputed={"download_timeout": 180.0})
+    assert frontier_request_from_json(text, _Spider()).meta == {"k": 1}
+
+
 def test_the_frontier_dupefilter_lets_every_request_through() -> None:
     df = FrontierDupeFilter.from_spider(_Spider())
     assert df.request_seen(Request("http://x/a")) is False

@@ -11,10 +11,11 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import PROBE_RECHECK_MS, QUEUE_BATCH
 from ..keys import lease_prefix, lease_token
+from ..recovery import RecoveryStats, read_records
 from ..values import now_ms
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class PollResult:
     #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms,
     #: registered ms).
     nodes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    #: The learned recovery records, read when a learning strategy's refresh was
+    #: due (else None), and the fields found malformed (recovery.read_records).
+    recovery: tuple[RecoveryStats, list[str]] | None = None
 
 
 class Leases:
@@ -48,6 +52,7 @@ class Leases:
         self._prefix = lease_prefix(config.node_id)
         self._serial = itertools.count()
         self._last_renew = 0.0
+        self._last_learned = float("-inf")
 
     def __len__(self) -> int:
         return len(self.held)
@@ -77,11 +82,14 @@ class Leases:
         *,
         last_busy: int,
         registered: int = 0,
+        learns: bool = False,
     ) -> Callable[[], PollResult]:
         """The blocking part of one poll, as a function for the worker thread.
 
         What to renew and how much room there is are read now, on the reactor
-        thread; Redis is called only by the returned function.
+        thread; Redis is called only by the returned function. With *learns* (the
+        strategy learns), the recovery records are read in the heartbeat's round
+        trip once every RETRYQUEUE_LEARNED_REFRESH seconds, and decoded there.
         """
         config = self.config
         now = time.time()
@@ -94,6 +102,11 @@ class Leases:
         lease_ms = int(config.lease_time * 1000)
         max_wait = config.deferral_max_wait
         max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
+        learned: list[Any] | None = None
+        if learns and now - self._last_learned >= config.learned_refresh:
+            learned = []
+            self._last_learned = now
+        half_life = config.learned_half_life
 
         def io() -> PollResult:
             now_ = now_ms()
@@ -111,8 +124,13 @@ class Leases:
                 deferral_max_wait_ms=max_wait_ms,
             )
             cooling = domains.cooling() if domains is not None else None
-            nodes = queue.heartbeat(now=now_, last_busy=last_busy, registered=registered)
-            return PollResult(claimed, reclaimed, poisoned, lost, token, cooling, nodes)
+            nodes = queue.heartbeat(
+                now=now_, last_busy=last_busy, registered=registered, learned=learned
+            )
+            recovery = None
+            if learned:
+                recovery = read_records(learned[0], now=now_, half_life=half_life)
+            return PollResult(claimed, reclaimed, poisoned, lost, token, cooling, nodes, recovery)
 
         return io
 
