@@ -1,4 +1,4 @@
-"""10. Learned backoff against fixed formulas, simulated: the strategies' real code in virtual time.
+"""11. Learned backoff against fixed formulas, simulated: the strategies' real code in virtual time.
 
 Ten domains, each with 150 outages in a row whose durations follow a stated
 distribution (lognormal with sigma 1, and a heavy-tailed Pareto with alpha 1.5)

@@ -3,7 +3,7 @@
     python -m benchmarks.fleet [--pages 600] [--nodes 1 2 3] [--redis redis://127.0.0.1:6379/0]
 
 Each run starts a fresh flaky site and N ``scrapy crawl flaky_fleet`` nodes
-(scrapy-redis frontier + scrapy-retryqueue failures) and prints, per N:
+(scrapy-redis scheduler over the leased frontier, scrapy-retryqueue failures) and prints, per N:
 pages/s (parsed pages over wall time), retries/s (re-injections over wall
 time), duplicates (fetches beyond what the fault mix needs), and lost pages
 (neither parsed nor dead-lettered). A last run kills one of three nodes with

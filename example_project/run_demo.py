@@ -4,8 +4,10 @@
 
 With no Redis configured (the default here) the crawl uses the embedded server
 under example_project/.scrapy/retryqueue/; it stops when the crawl and this
-summary are done, and its data stays for the next run. Interrupt a run with
-Ctrl-C and start it again: the pending retries resume.
+summary are done, and its data stays for the next run. The crawl is the
+``flaky_resumable`` spider, whose frontier is in that server too: interrupt a
+run with Ctrl-C and start it again, and it resumes both the pages it had not
+fetched yet and the pending retries.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+#: The demo's crawl: the flaky site on the leased frontier (demo/spiders/flaky_resumable.py).
+SPIDER = "flaky_resumable"
 
 
 def start_site(pages: int, port: int) -> tuple[subprocess.Popen[str], str]:
@@ -85,6 +89,8 @@ def _summarize(
             recovered.add(event.url)
     parsed = [json.loads(line)["url"] for line in items_path.read_text().splitlines() if line]
     pending = client.zcard(keys.due) + client.zcard(keys.leased)
+    # Pages an interrupted crawl had not fetched yet wait in the frontier.
+    pending += client.zcard(keys.frontier) + client.zcard(keys.frontier_leased)
 
     def by_kind(counter: collections.Counter[str]) -> str:
         return ", ".join(f"{kind} {n}" for kind, n in counter.most_common()) or "none"
@@ -168,7 +174,7 @@ def main() -> int:
         print(f"flaky site with {args.pages} pages at {site_url}; crawling...", flush=True)
         crawl = subprocess.run(
             [
-                *(sys.executable, "-m", "scrapy.cmdline", "crawl", "flaky"),
+                *(sys.executable, "-m", "scrapy.cmdline", "crawl", SPIDER),
                 *("-a", f"site={site_url}", "-O", str(items), "-s", "LOG_LEVEL=ERROR"),
             ],
             cwd=HERE,
@@ -177,7 +183,7 @@ def main() -> int:
         site.terminate()
         site.wait(10)
     print()
-    print(summarize("flaky", started_ms, items))
+    print(summarize(SPIDER, started_ms, items))
     return crawl.returncode
 
 

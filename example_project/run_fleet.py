@@ -4,11 +4,12 @@
                                         [--redis-url redis://host:6379/0]
                                         [--writer [--database-url URL]]
 
-The nodes share one Redis: scrapy-redis's frontier and dupefilter hand each page
-to one node, and scrapy-retryqueue shares the failures. Without --redis-url the
+The nodes share one Redis: scrapy-redis's scheduler, over scrapy-retryqueue's
+leased frontier, hands each page to one node under a lease, and scrapy-retryqueue
+shares the failures. Without --redis-url the
 project's embedded server is that Redis (all nodes run on this machine). With
 --late N, the last node starts N seconds after the others have begun crawling
-(their shared dupefilter holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
+(their shared frontier holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
 then the totals: pages parsed more than once (duplicates) and pages that never
 got their final answer (lost).
 
@@ -40,7 +41,7 @@ NAMESPACE = "demo"
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue.keys import all_keys, keys_for  # noqa: E402
+from scrapy_retryqueue.keys import all_keys, keys_for, lease_owner  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -53,6 +54,11 @@ NODE_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_FLEET_WAIT": 15,
     "RETRYQUEUE_STORE_ENABLED": False,
     "LOG_LEVEL": "INFO",
+    # Each item reaches the feed file at once: a node killed with -9 keeps the
+    # items of the pages it parsed (demo/exporters.py).
+    "FEED_EXPORTERS": {
+        fmt: "demo.exporters.FlushingJsonLinesItemExporter" for fmt in ("jsonl", "jsonlines")
+    },
     "RETRYQUEUE_POLICIES": {
         kind: {"base_delay": 0.3, "max_delay": 2}
         for kind in ("timeout", "connection", "rate_limited", "server_error", "parse")
@@ -136,6 +142,37 @@ class Writer:
 
 
 @dataclass
+class Crawling:
+    """The fleet while it crawls, for a *watch* callback of :func:`run_fleet`."""
+
+    client: Any
+    spider: str
+    #: node name -> (its process, its feed file; its log is beside it, .log)
+    nodes: dict[str, tuple[subprocess.Popen[bytes], Path]]
+    #: The flaky site (flaky_site.RunningSite).
+    site: Any = None
+
+    def registered(self) -> int:
+        """Nodes that have written a heartbeat (they opened the spider and polled)."""
+        return int(self.client.hlen(keys_for(self.spider, NAMESPACE).nodes))
+
+    def parsed(self, name: str) -> int:
+        """Items the node has written to its feed so far."""
+        out = self.nodes[name][1]
+        return out.read_bytes().count(b"\n") if out.exists() else 0
+
+    def held(self, name: str) -> int:
+        """Frontier requests and retry tasks leased to the node now."""
+        keys = keys_for(self.spider, NAMESPACE)
+        return sum(
+            1
+            for owners in (keys.frontier_owners, keys.owners)
+            for token in self.client.hvals(owners)
+            if lease_owner(token) == name
+        )
+
+
+@dataclass
 class Fleet:
     nodes: list[Node]
     #: Pages the site says a crawler can parse (not 404 / 403 / gone).
@@ -187,7 +224,7 @@ def _wait_until_crawling(
     client: Any, spider: str, processes: list[tuple[str, subprocess.Popen[bytes], Path]]
 ) -> None:
     deadline = time.monotonic() + 120
-    while not client.exists(f"{spider}:dupefilter"):
+    while not client.exists(keys_for(spider, NAMESPACE).frontier_seen):
         if time.monotonic() > deadline or any(p.poll() is not None for _, p, _ in processes):
             return
         time.sleep(0.05)
@@ -205,12 +242,16 @@ def run_fleet(
     node_settings: dict[str, Any] | None = None,
     writer: Callable[[str], Writer] | None = None,
     during: Callable[[Writer | None], None] | None = None,
+    watch: Callable[[Crawling], None] | None = None,
+    on_site: Callable[[Any], None] | None = None,
 ) -> Fleet:
     """Start the site and the nodes, wait for every node to finish, read what each did.
 
     *writer* makes the store writer of the spider (its name given): started before
     the nodes, stopped once it wrote everything they left. *during* is called once
-    the fleet is crawling, with that writer (to kill it, say).
+    the fleet is crawling, with that writer (to kill it, say); *watch* then, with
+    the running nodes (to kill one once it has crawled a share, say). *on_site* is
+    called with the site once it serves, before the nodes start.
     """
     import redis
 
@@ -220,6 +261,8 @@ def run_fleet(
     options = {"pages": pages, "slow": 2, "retry_after": 1, "latency": 0.05, **(site_options or {})}
     try:
         with spawn(**options) as site:
+            if on_site is not None:
+                on_site(site)
             processes: list[tuple[str, subprocess.Popen[bytes], Path]] = []
             started = time.monotonic()
             if store_writer is not None:
@@ -247,9 +290,13 @@ def run_fleet(
                     text = json.dumps(value) if isinstance(value, dict) else str(value)
                     command += ["-s", f"{key}={text}"]
                 processes.append((name, subprocess.Popen(command, cwd=PROJECT), out))
-            if during is not None:
+            if during is not None or watch is not None:
                 _wait_until_crawling(client, spider, processes)
+            if during is not None:
                 during(store_writer)
+            if watch is not None:
+                nodes_running = {name: (p, out) for name, p, out in processes}
+                watch(Crawling(client, spider, nodes_running, site))
             results = []
             for name, process, out in processes:
                 returncode = process.wait(600)

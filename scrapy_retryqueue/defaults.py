@@ -153,6 +153,10 @@ REDIS_HEALTH_CHECK_INTERVAL = 30
 #: least this many ms): the fleet's idle nodes wait for working ones.
 FLEET_HEARTBEAT_MIN_MS = 3000
 FLEET_BUSY_MIN_MS = 2000
+#: A node that registered (its first heartbeat) within this many polls, and at
+#: least FLEET_HEARTBEAT_MIN_MS, keeps the fleet's idle nodes in the crawl: it
+#: may be about to push its start requests.
+FLEET_REGISTERED_POLLS = 5
 #: How long the start of a crawl waits for its Redis to answer, seconds.
 REDIS_START_TIMEOUT = 3
 #: scrapy-redis's own defaults for REDIS_HOST / REDIS_PORT, used when a project
@@ -309,6 +313,8 @@ META_MAX_RETRIES = "retryqueue_max_retries"
 META_POLICY = "retryqueue_policy"
 #: Set on a re-injected request: the task it belongs to (not serialized).
 META_TASK = "retryqueue_task"
+#: Set on a request the leased frontier handed to this node: its lease (not serialized).
+META_FRONTIER = "retryqueue_frontier"
 #: Set on the stored request of an item replay (RETRYQUEUE_ITEM_REPLAY): the
 #: item to send through the pipelines again, {"item": <JSON>, "class": <path>}.
 META_ITEM = "retryqueue_item"
@@ -323,7 +329,7 @@ SCRAPY_META_DONT_CACHE = "dont_cache"
 
 #: Meta keys Scrapy fills in per download; stale on a later attempt.
 TRANSIENT_META_KEYS = frozenset(
-    {"download_latency", "download_slot", "download_timeout_reached", META_TASK}
+    {"download_latency", "download_slot", "download_timeout_reached", META_TASK, META_FRONTIER}
 )
 #: Set by Scrapy's DownloadTimeoutMiddleware from DOWNLOAD_TIMEOUT when the request
 #: has none: not stored when it holds that value, so a later run's setting applies.

@@ -103,9 +103,11 @@ def check_directory(directory: Path) -> None:
     """Raise EmbeddedServerError when *directory* cannot hold the local state."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".writable"
-        probe.touch()
-        probe.unlink()
+        # A probe of this process's own: fleet nodes started at one instant check
+        # the same directory, and one's unlink must not pull another's probe away.
+        fd, probe = tempfile.mkstemp(prefix=".writable-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise EmbeddedServerError(
             f"its directory {directory} cannot be written ({exc.strerror or exc}); set "

@@ -419,6 +419,42 @@ def request_from_json(
         ) from None
 
 
+def frontier_request_to_json(
+    request: Request,
+    spider: Any,
+    *,
+    cipher: RequestCipher | None = None,
+    recomputed: Mapping[str, Any] | None = None,
+) -> str:
+    """A request as the leased frontier stores it: :func:`request_to_json` (the
+    project's own meta only, as a retry keeps it), sealed with *cipher* when set,
+    and its ``dont_filter`` flag (a frontier request is not marked ``dont_filter``
+    on its way back, unlike a retry)."""
+    data = request_to_json(request, spider, recomputed=recomputed)
+    if cipher is not None:
+        data = cipher.seal(data)
+    if request.dont_filter:
+        data["dont_filter"] = True
+    return _dumps(data)
+
+
+def frontier_request_from_json(
+    raw: str | bytes, spider: Any, *, cipher: RequestCipher | None = None
+) -> Request:
+    """Rebuild a request of the leased frontier; EnvelopeError says what is wrong.
+
+    Read from a shared Redis, so as strictly as a retry's envelope: the JSON by
+    :func:`read_document`, the request by :func:`request_from_json` (a request
+    class is looked up among the modules imported already, never imported)."""
+    data = read_document(raw)
+    if not isinstance(data.get("url"), str):
+        raise EnvelopeError("frontier request must be a JSON object with a string 'url'")
+    dont_filter = data.pop("dont_filter", False) is True
+    request = request_from_json(data, spider, cipher=cipher)
+    request.dont_filter = dont_filter
+    return request
+
+
 #: Types of the request fields Request's constructor takes as they are.
 _REQUEST_TYPES: dict[str, type] = {
     "method": str,

@@ -216,8 +216,9 @@ class RetryQueueExtension:
 
         A spider that starts from its start URLs again then requests afresh the pages
         whose retries it resumes, and parses each twice. Scrapy's JOBDIR (its
-        dupefilter persisted) or a shared dupefilter (scrapy-redis) filters the fresh
-        request out; a re-injected retry passes (dont_filter) and is parsed once.
+        dupefilter persisted) or a shared dupefilter (scrapy-redis's, or the leased
+        frontier's seen fingerprints) filters the fresh request out; a re-injected
+        retry passes (dont_filter) and is parsed once.
         """
         pending = found.due + found.leased
         settings = self.crawler.settings
@@ -225,6 +226,8 @@ class RetryQueueExtension:
             return
         if "scrapy_redis" in str(settings.get("DUPEFILTER_CLASS") or ""):
             return
+        if self.runtime.frontier_in_use:
+            return  # the leased frontier's seen fingerprints are a shared dupefilter
         logger.warning(
             "scrapy-retryqueue: this crawl resumes %d pending retries without JOBDIR or a "
             "shared dupefilter: if the spider requests its start URLs again, a page whose "
@@ -281,14 +284,17 @@ class RetryQueueExtension:
             # Fresh counts; not when a poll just ran, since polls themselves
             # wake the engine, which calls this handler.
             self.tick()
-        if runtime.busy or runtime.held:
+        if runtime.busy or runtime.held or runtime.frontier_busy:
             raise DontCloseSpider
         waiting_for_redis = runtime.down or runtime.spooled > 0
         # Counts read before the latest write (a parse retry scheduled after
         # the last poll, say) cannot tell that nothing is pending.
         stale = self._counts is None or self._counts_writes != runtime.writes_submitted
         counts = self._counts
-        pending = 0 if counts is None else counts.due + counts.leased
+        # The leased frontier's requests, anywhere in the fleet: a request leased
+        # to another node may push more, or come back when that node dies.
+        frontier = runtime.frontier_pending
+        pending = (0 if counts is None else counts.due + counts.leased) + frontier
         if not (waiting_for_redis or stale or pending):
             self._wait_for_fleet()
             return
@@ -302,6 +308,7 @@ class RetryQueueExtension:
             not (waiting_for_redis or stale)
             and counts is not None
             and not counts.leased
+            and not frontier
             and next_due is not None
             and next_due / 1000 - now > timeout
         )
@@ -319,7 +326,7 @@ class RetryQueueExtension:
             logger.info(
                 "scrapy-retryqueue: waiting for %s; next due in %s; the crawl waits at most "
                 "%.0fs more (RETRYQUEUE_IDLE_TIMEOUT), then leaves the rest for the next crawl",
-                "Redis to answer" if waiting_for_redis else _retries(pending),
+                "Redis to answer" if waiting_for_redis else _work(pending - frontier, frontier),
                 "-" if next_due is None else f"{max(0.0, next_due / 1000 - now):.0f}s",
                 max(0.0, timeout - (now - self._idle_since)),
             )
@@ -364,6 +371,7 @@ class RetryQueueExtension:
         return (
             not (result.claimed.due or result.claimed.leased or result.claimed.tasks)
             and not (runtime.busy or runtime.held or runtime.down)
+            and not (runtime.frontier_busy or runtime.frontier_pending)
             and not runtime.fleet_working()
             and self._engine_idle()
         )
@@ -445,3 +453,10 @@ def _is_replay(response: Any) -> bool:
 
 def _retries(count: int) -> str:
     return f"{count} pending retr{'y' if count == 1 else 'ies'}"
+
+
+def _work(retries: int, frontier: int) -> str:
+    if not frontier:
+        return _retries(retries)
+    requests = f"{frontier} frontier request{'' if frontier == 1 else 's'}"
+    return f"{_retries(retries)} and {requests}" if retries else requests

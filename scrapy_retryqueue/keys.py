@@ -60,8 +60,29 @@ class Keys:
     bursts: str
     #: HASH domain -> lease expiry (ms) of its half-open probe in flight
     probes: str
-    #: HASH node id -> "<heartbeat ms> <last busy ms>": the nodes crawling the spider
+    #: HASH node id -> "<heartbeat ms> <last busy ms> <registered ms>": the nodes
+    #: crawling the spider
     nodes: str
+    #: ZSET request id -> score (-priority, or push order): the leased frontier's
+    #: requests waiting for a node (frontier.py)
+    frontier: str
+    #: HASH request id -> request (JSON) of every frontier request, waiting or leased
+    frontier_requests: str
+    #: HASH request id -> its score in ``frontier``, kept while it is leased
+    frontier_scores: str
+    #: ZSET request id -> lease expiry (ms) of frontier requests a node holds
+    frontier_leased: str
+    #: HASH request id -> lease token of the node that holds it
+    frontier_owners: str
+    #: HASH request id -> times its lease expired unacknowledged
+    frontier_reclaims: str
+    #: SET request fingerprints the frontier has taken (its dupefilter)
+    frontier_seen: str
+    #: HASH request id -> "<kind> <stored text>" of frontier requests taken out:
+    #: poison (leases expired too often) or malformed (cannot be read)
+    frontier_quarantine: str
+    #: STRING counter: the push order of the FIFO frontier
+    frontier_seq: str
     #: HASH "<kind> <domain>" -> learned recovery record (recovery.py): how long
     #: the domain's outages of that kind lasted, as weighted survival bins
     recovery: str
@@ -132,6 +153,15 @@ def keys_for(spider: str, project: str = "") -> Keys:
         bursts=f"{base}:bursts",
         probes=f"{base}:probes",
         nodes=f"{base}:nodes",
+        frontier=f"{base}:frontier",
+        frontier_requests=f"{base}:frontier:requests",
+        frontier_scores=f"{base}:frontier:scores",
+        frontier_leased=f"{base}:frontier:leased",
+        frontier_owners=f"{base}:frontier:owners",
+        frontier_reclaims=f"{base}:frontier:reclaims",
+        frontier_seen=f"{base}:frontier:seen",
+        frontier_quarantine=f"{base}:frontier:quarantine",
+        frontier_seq=f"{base}:frontier:seq",
         recovery=f"{base}:recovery",
     )
 
@@ -154,6 +184,22 @@ def all_keys(keys: Keys) -> list[str]:
         keys.probes,
         keys.nodes,
         keys.recovery,
+        *frontier_keys(keys),
+    ]
+
+
+def frontier_keys(keys: Keys) -> list[str]:
+    """The leased frontier's keys (a fleet that starts over deletes these)."""
+    return [
+        keys.frontier,
+        keys.frontier_requests,
+        keys.frontier_scores,
+        keys.frontier_leased,
+        keys.frontier_owners,
+        keys.frontier_reclaims,
+        keys.frontier_seen,
+        keys.frontier_quarantine,
+        keys.frontier_seq,
     ]
 
 
@@ -171,22 +217,24 @@ def scan_pattern(key: str | None = None, project: str | None = None) -> str:
         base = _namespace("*", project)
     if key is None:
         return f"{base}:*"
-    return f"{base}:{getattr(keys_for('x'), key).rpartition(':')[2]}"
+    sample = keys_for("x")
+    return f"{base}:{getattr(sample, key)[len(sample.namespace) + 1 :]}"
 
 
 def queue_of(key: str | bytes) -> tuple[str, str] | None:
     """(project, spider) of the namespace *key* is in; None for a key not of this package."""
-    head, _, _ = as_text(key).rpartition(":")
-    start = f"{PREFIX}:"
-    if not head.startswith(start) or not head.endswith("}"):
+    text, start = as_text(key), f"{PREFIX}:"
+    if not text.startswith(start):
         return None
-    rest, project = head[len(start) :], ""
+    rest, project = text[len(start) :], ""
     if not rest.startswith("{"):
         project, sep, rest = rest.partition(":")
         if not sep or not project or not usable_project(project) or not rest.startswith("{"):
             return None
-    spider = rest[1:-1]
-    return (project, spider) if _usable(spider) else None
+    # A spider's name holds no brace, so its hash tag ends at the first "}:"
+    # (the frontier's keys have a ":" after it too).
+    spider, sep, _ = rest[1:].partition("}:")
+    return (project, spider) if sep and _usable(spider) else None
 
 
 def spider_of(key: str | bytes, project: str | None = None) -> str | None:

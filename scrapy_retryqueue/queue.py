@@ -451,28 +451,37 @@ class RedisDelayedQueue:
         return results
 
     def heartbeat(
-        self, *, now: int, last_busy: int, learned: list[Any] | None = None
-    ) -> dict[str, tuple[int, int]]:
-        """Say this node is crawling (and when it last had work); return every node's
-        ``(heartbeat ms, last busy ms)``, this one included. One round trip.
+        self,
+        *,
+        now: int,
+        last_busy: int,
+        registered: int = 0,
+        learned: list[Any] | None = None,
+    ) -> dict[str, tuple[int, int, int]]:
+        """Say this node is crawling (when it last had work, when it registered: its first
+        heartbeat); return every node's ``(heartbeat ms, last busy ms, registered ms)``,
+        this one included (registered 0 when a node did not write it). One round trip.
 
         With *learned* (a list), the learned recovery records are read in the same
         round trip and appended to it as one mapping (field -> raw record)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.keys.nodes, self.node_id, f"{now} {last_busy}")
+        pipe.hset(self.keys.nodes, self.node_id, f"{now} {last_busy} {registered or now}")
         pipe.hgetall(self.keys.nodes)
         if learned is not None:
             pipe.hgetall(self.keys.recovery)
         _, raw, *rest = pipe.execute()
         if learned is not None:
             learned.append(rest[0])
-        nodes: dict[str, tuple[int, int]] = {}
+        nodes: dict[str, tuple[int, int, int]] = {}
         for node, value in raw.items():
             try:
-                beat, busy = (int(x) for x in as_text(value).split())
+                fields = [int(x) for x in as_text(value).split()]
             except ValueError:
                 continue  # not a heartbeat this version wrote: ignore it
-            nodes[as_text(node)] = (beat, busy)
+            if len(fields) == 2:
+                fields.append(0)  # an older version's heartbeat: no registration time
+            if len(fields) == 3:
+                nodes[as_text(node)] = (fields[0], fields[1], fields[2])
         return nodes
 
     def leave(self) -> None:

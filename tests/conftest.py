@@ -155,11 +155,12 @@ def spider_name(redis_client: redis.Redis) -> Iterator[str]:
 @pytest.fixture
 def namespace(redis_url: str) -> Iterator[str]:
     """A spider name of its own for a real crawl against the single Redis server, so the
-    crawl's keys are this test's alone; they are deleted afterwards."""
+    crawl's keys are this test's alone; they are deleted afterwards (without a namespace,
+    and in the example project's own, its BOT_NAME, for a crawl that does not set one)."""
     name = f"c{uuid4().hex[:10]}"
     yield name
     client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
+    client.delete(*all_keys(keys_for(name)), *all_keys(keys_for(name, "demo")))
     client.close()
 
 

@@ -393,6 +393,30 @@ def test_a_directory_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -
     assert str(blocker / "retryqueue") in str(info.value)
 
 
+def test_nodes_checking_one_directory_at_once_all_find_it_writable(tmp_path: Path) -> None:
+    # Fleet nodes started at the same instant check the same local state directory:
+    # one node's probe is never another's to remove.
+    import threading
+
+    directory = tmp_path / "retryqueue"
+    errors: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            for _ in range(200):
+                embedded.check_directory(directory)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=check) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert list(directory.iterdir()) == []  # no probe left behind
+
+
 def _hold_and_exit(directory: str) -> None:
     """A process that holds the server and exits without letting go (a crawl stopped
     as its spider opens never reaches the store writer's engine_stopped)."""

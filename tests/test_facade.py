@@ -101,7 +101,15 @@ def test_an_item_is_kept_for_its_replay_as_json_with_its_class(tmp_path: Path) -
 
 # -- the glue reads no part behind the facade ----------------------------------------
 
-GLUE = ("middleware.py", "spidermiddleware.py", "extension.py", "storeext.py", "addon.py")
+GLUE = (
+    "middleware.py",
+    "spidermiddleware.py",
+    "extension.py",
+    "storeext.py",
+    "addon.py",
+    "frontier.py",
+    "monitors.py",
+)
 
 
 def _parts_of_the_runtime() -> set[str]:
@@ -119,7 +127,7 @@ def _parts_of_the_runtime() -> set[str]:
         for node in cls.body
         if isinstance(node, ast.FunctionDef) and node.name == "__init__"
     )
-    behind = {"Reporter", "WritePath", "DomainBreaker", "Leases", "Planner"}
+    behind = {"Reporter", "WritePath", "DomainBreaker", "Leases", "Planner", "Frontier"}
     parts = set()
     for node in ast.walk(init):
         if (
@@ -148,7 +156,7 @@ def _reads_of_parts(source: str, parts: set[str]) -> list[str]:
 
 def test_the_glue_reads_no_part_behind_the_facade() -> None:
     parts = _parts_of_the_runtime()
-    assert parts == {"reporter", "writes", "breaker", "leases", "planner"}
+    assert parts == {"reporter", "writes", "breaker", "leases", "planner", "frontier"}
     package = Path(__file__).parent.parent / "scrapy_retryqueue"
     reads = {name: _reads_of_parts((package / name).read_text(), parts) for name in GLUE}
     assert not any(reads.values()), reads

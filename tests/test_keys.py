@@ -9,6 +9,7 @@ from redis.crc import key_slot
 
 from scrapy_retryqueue.keys import (
     all_keys,
+    frontier_keys,
     keys_for,
     lease_owner,
     lease_prefix,
@@ -37,6 +38,11 @@ def test_key_names():
     assert keys.cooling == "retryqueue:{quotes}:cooling"
     assert keys.bursts == "retryqueue:{quotes}:bursts"
     assert keys.probes == "retryqueue:{quotes}:probes"
+    assert keys.frontier == "retryqueue:{quotes}:frontier"
+    assert keys.frontier_requests == "retryqueue:{quotes}:frontier:requests"
+    assert keys.frontier_leased == "retryqueue:{quotes}:frontier:leased"
+    assert keys.frontier_seen == "retryqueue:{quotes}:frontier:seen"
+    assert keys.frontier_quarantine == "retryqueue:{quotes}:frontier:quarantine"
 
 
 def test_all_keys_lists_every_key_once():
@@ -48,7 +54,7 @@ def test_all_keys_lists_every_key_once():
         if k not in ("spider", "project")
     ]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 16
+    assert len(set(listed)) == len(listed) == 25
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])
@@ -130,6 +136,25 @@ def test_a_bot_name_becomes_a_namespace():
 def test_a_scan_pattern_names_a_key_of_the_namespace():
     with pytest.raises(ValueError, match="'nope'"):
         scan_pattern("nope")
+
+
+@pytest.mark.parametrize("project", ["", "books"])
+def test_the_frontiers_keys_follow_the_project_namespace(project):
+    keys = keys_for("quotes", project)
+    listed = frontier_keys(keys)
+    assert len(listed) == 9 and set(listed) <= set(all_keys(keys))
+    assert keys.frontier_requests == f"{keys.namespace}:frontier:requests"
+    for key in listed:
+        assert key.startswith(f"{keys.namespace}:frontier")
+        # A frontier key holds a ':' after its name too: still of this spider and project.
+        assert queue_of(key) == (project, "quotes")
+    # One key's scan pattern names that key only (not every key whose name ends the same).
+    pattern = scan_pattern("frontier_requests", project)
+    assert fnmatch.fnmatchcase(keys.frontier_requests, pattern)
+    assert not fnmatch.fnmatchcase(keys.frontier_owners, pattern)
+    assert not fnmatch.fnmatchcase(keys.tasks, scan_pattern("frontier", project))
+    other = keys_for("quotes", "quotes" if project else "books")
+    assert not set(listed) & set(frontier_keys(other))
 
 
 def test_a_lease_token_names_the_node_that_holds_it():

@@ -15,8 +15,9 @@ from scrapy.settings import Settings
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.keys import all_keys, frontier_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.redisfrontier import Entry, RedisFrontier
 
 from .crawling import flaky_site, read_crawl, start_crawl
 
@@ -90,6 +91,67 @@ def test_a_spiders_queue_without_namespace_is_adopted_once(
     assert not redis_client.hexists(new.keys.tasks, "t2")
     # Without a namespace there is nothing to adopt from.
     assert old.adopt_unnamespaced() == 0
+
+
+def test_adopting_moves_the_leased_frontier_too(
+    redis_client: redis.Redis, spider_name: str, project_keys: str
+) -> None:
+    # A frontier left by a crawl from before namespaces: its requests and their
+    # seen fingerprints go with the retries, none fetched twice.
+    old = RedisFrontier(redis_client, spider_name)
+    old.push([Entry("fp1", "fp1", 0, '{"url":"http://x/1"}')])
+    new_queue = RedisDelayedQueue(redis_client, spider_name, node_id="new", project=project_keys)
+
+    assert new_queue.adopt_unnamespaced() > 0
+
+    new = RedisFrontier(redis_client, spider_name, project=project_keys)
+    assert redis_client.exists(*frontier_keys(keys_for(spider_name))) == 0
+    assert new.counts() == (1, 0)
+    assert new.push([Entry("fp1", "fp1", 0, '{"url":"http://x/1"}')]) == [False]
+
+
+def test_a_crawl_on_the_leased_frontier_keeps_it_in_the_projects_namespace(
+    redis_url: str, redis_client: redis.Redis, spider_name: str, tmp_path: Path
+) -> None:
+    project = f"fr{spider_name}"
+    keys, bare = keys_for(spider_name, project), keys_for(spider_name)
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "RETRYQUEUE_POLL_INTERVAL": 0.2,
+        "DOWNLOAD_TIMEOUT": 1,
+        "SCHEDULER": "scrapy_retryqueue.frontier.LeasedScheduler",
+        "BOT_NAME": project,
+        "RETRYQUEUE_NAMESPACE": None,
+        "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path / "embedded"),
+        "RETRYQUEUE_POLICIES": {
+            kind: {"base_delay": 0.3, "max_delay": 1}
+            for kind in ("timeout", "connection", "rate_limited", "server_error", "parse")
+        },
+    }
+    seen_in_namespace = False
+    try:
+        with flaky_site(pages=30, slow=2) as site:
+            process, out = start_crawl(site.url, spider_name, tmp_path, settings)
+            while process.poll() is None:
+                seen_in_namespace = seen_in_namespace or bool(
+                    redis_client.exists(keys.frontier_seen)
+                )
+                assert redis_client.exists(*frontier_keys(bare)) == 0
+                time.sleep(0.05)
+            _, stderr = process.communicate(timeout=240)
+            done = read_crawl(out, process.returncode, stderr)
+            assert done.returncode == 0, done.log[-3000:]
+            table = site.get_json("/__scenarios")
+            parseable = {site.url + p for p, i in table.items() if i["expected"] == "parsed"}
+            assert {item["url"] for item in done.items} == parseable
+        # The frontier was in the project's namespace while the crawl ran, never
+        # in the layout without one.
+        assert seen_in_namespace
+        assert redis_client.exists(*all_keys(bare)) == 0
+        assert redis_client.exists(keys.events)
+    finally:
+        redis_client.delete(*all_keys(keys))
 
 
 # -- two projects, one spider name, one Redis -----------------------------------------

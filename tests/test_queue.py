@@ -22,6 +22,7 @@ from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.envelope import Task, malformed_envelope, task_from_json
 from scrapy_retryqueue.keys import Keys, all_keys
 from scrapy_retryqueue.queue import SCRIPT_NAMES, RedisDelayedQueue
+from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
 from scrapy_retryqueue.values import as_text
 
 MakeTask = Callable[..., Task]
@@ -875,10 +876,14 @@ def test_every_script_is_loaded_by_the_queue() -> None:
         for p in resources.files("scrapy_retryqueue").joinpath("lua").iterdir()
         if p.name.endswith(".lua")
     }
-    assert files == set(SCRIPT_NAMES) | set(DOMAIN_SCRIPT_NAMES)
+    assert files == set(SCRIPT_NAMES) | set(DOMAIN_SCRIPT_NAMES) | set(FRONTIER_SCRIPT_NAMES)
 
 
-@pytest.mark.parametrize("name", SCRIPT_NAMES + DOMAIN_SCRIPT_NAMES)
+#: Every script once (the frontier reuses renew.lua).
+ALL_SCRIPTS = sorted(set(SCRIPT_NAMES + DOMAIN_SCRIPT_NAMES + FRONTIER_SCRIPT_NAMES))
+
+
+@pytest.mark.parametrize("name", ALL_SCRIPTS)
 def test_script_header_documents_keys_argv_and_returns(name: str) -> None:
     header, body = _script(name)
     assert re.search(r"^-- Returns ", header, re.MULTILINE), f"{name}.lua: no 'Returns' line"
@@ -907,7 +912,7 @@ def test_script_header_documents_keys_argv_and_returns(name: str) -> None:
         assert documented[kind] == set(range(1, len(documented[kind]) + 1))
 
 
-@pytest.mark.parametrize("name", SCRIPT_NAMES)
+@pytest.mark.parametrize("name", sorted(set(SCRIPT_NAMES + FRONTIER_SCRIPT_NAMES)))
 def test_script_touches_keys_only_through_keys_argument(name: str) -> None:
     _, body = _script(name)
     calls = _CALL.findall(body)

@@ -32,7 +32,12 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
 from ..config import Config, config_for, redact_url
-from ..defaults import FLEET_BUSY_MIN_MS, FLEET_HEARTBEAT_MIN_MS
+from ..defaults import (
+    FLEET_BUSY_MIN_MS,
+    FLEET_HEARTBEAT_MIN_MS,
+    FLEET_REGISTERED_POLLS,
+    META_FRONTIER,
+)
 from ..domains import DomainCooldowns
 from ..envelope import (
     EnvelopeError,
@@ -48,6 +53,7 @@ from ..queue import Claimed, Write
 from ..startup import mark_logged
 from ..values import now_ms
 from .breaker import DomainBreaker
+from .frontier import Frontier, FrontierResult, close_io, entry_for
 from .leases import Leases, PollResult
 from .outcome import Outcome
 from .planner import Plan, Planner, retries_so_far
@@ -64,13 +70,14 @@ from .taskref import (
 from .writes import CONNECTION_ERRORS, WritePath
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Container, Mapping
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
     from ..classify import FailureInfo
     from ..envelope import Task
+    from ..redisfrontier import RedisFrontier
 
 __all__ = [
     "CONNECTION_ERRORS",
@@ -225,6 +232,21 @@ class RetryQueueRuntime:
         self.writes = WritePath(self.config, self.reporter)
         self.breaker = DomainBreaker(self.config, self.writes, self.reporter)
         self.leases = Leases(self.config)
+        #: The leased frontier's requests this node holds (when a scheduler queue
+        #: of the leased frontier uses this crawler: frontier.py).
+        self.frontier = Frontier(self.config, self.leases.new_token)
+        self._frontier_store: RedisFrontier | None = None
+        #: The engine's requests in progress (set by the frontier's queue class).
+        self._in_progress: Callable[[], Container[Request] | None] = lambda: None
+        self._wake: Callable[[], None] = lambda: None
+        self._frontier_call: defer.Deferred[Any] | None = None
+        self._frontier_again = False
+        self._frontier_maintain = False
+        self._frontier_kick_armed = False
+        self._frontier_clear_on_open = False
+        #: When this node registered with the fleet (its first heartbeat, ms).
+        self._registered = 0
+        self._closing = False
         try:
             hook = self._build_hook(self.config.retry_hook)
         except ConfigError as exc:
@@ -242,8 +264,9 @@ class RetryQueueRuntime:
         #: test of it is all a fresh request's gate costs.
         self.cooling: Mapping[str, int] = MappingProxyType(self.breaker.cooling)
         self.spider: Spider | None = None
-        #: What the last poll read of the fleet: node -> (heartbeat ms, last busy ms).
-        self.fleet: dict[str, tuple[int, int]] = {}
+        #: What the last poll read of the fleet: node -> (heartbeat ms, last busy ms,
+        #: registered ms).
+        self.fleet: dict[str, tuple[int, int, int]] = {}
         #: Fires once close() has finished: every write of this crawl is in
         #: Redis (or in the spool), released leases included.
         self.closed: defer.Deferred[None] = defer.Deferred()
@@ -285,6 +308,16 @@ class RetryQueueRuntime:
             self.spider = self.planner.spider = spider
             self.reporter.open(spider)
             queue = await self.writes.open(spider.name)
+            self._registered = now_ms()
+            if self.frontier.in_use:
+                from ..redisfrontier import RedisFrontier
+
+                self._frontier_store = RedisFrontier(
+                    queue.client,
+                    spider.name,
+                    order=self.frontier.order,
+                    project=self.config.namespace,
+                )
             if self.config.domain_cooldown:
                 self.breaker.open(
                     DomainCooldowns(
@@ -297,6 +330,11 @@ class RetryQueueRuntime:
                 )
         finally:
             self._opening.callback(None)
+        if self.frontier.in_use:
+            if self._frontier_clear_on_open:
+                self._frontier_clear_on_open = False
+                self.frontier_clear()
+            self._frontier_kick()
 
     async def close(self) -> None:
         from scrapy.utils.defer import maybe_deferred_to_future
@@ -314,6 +352,7 @@ class RetryQueueRuntime:
                 with contextlib.suppress(Exception):
                     await maybe_deferred_to_future(writes.call(writes.queue.leave))
             await writes.flush_for_close()
+            await self._frontier_close()
             if writes.queue is not None and self.leases.held and not writes.down:
                 leases = self.leases.take_all()
                 try:
@@ -448,7 +487,9 @@ class RetryQueueRuntime:
         self, request: Request, failure: FailureInfo, *, task_id: str | None = None
     ) -> Parking:
         """Plan a failed attempt and write it: a retry parked for later, or a dead letter."""
-        return self._carry_out(self.planner.plan(request, failure, task_id=task_id))
+        parking = self._carry_out(self.planner.plan(request, failure, task_id=task_id))
+        self._frontier_waits_for(request, parking)
+        return parking
 
     def download_failed(self, request: Request, failure: FailureInfo) -> Parking:
         """A download failed: the domain's breaker hears of it, then the request is parked."""
@@ -476,6 +517,7 @@ class RetryQueueRuntime:
             return None
         parking = self._carry_out(plan)
         parking.outcome.addCallback(self._count_deferred)
+        self._frontier_waits_for(request, parking)
         return parking
 
     def _count_deferred(self, outcome: Outcome) -> Outcome:
@@ -546,7 +588,11 @@ class RetryQueueRuntime:
         return replace(write, learn=kind, prior=prior)
 
     def release(self, request: Request) -> None:
-        """Hand a re-injected request's task back, due now (its download was cancelled)."""
+        """Hand a re-injected request's task back, due now (its download was cancelled);
+        a frontier request is handed back too, when the node closes, not acknowledged."""
+        frontier_ref = request.meta.get(META_FRONTIER)
+        if isinstance(frontier_ref, dict):
+            self.frontier.hand_back(frontier_ref.get("id"))
         ref = live_ref(request)
         queue = self.writes.queue
         if ref is None or queue is None or self.writes.down:
@@ -559,6 +605,282 @@ class RetryQueueRuntime:
             lambda f: logger.debug("release failed: %s", f.value),
         )
 
+    # -- the leased frontier (frontier.py's scheduler queue) ---------------------------------
+
+    def frontier_start(
+        self,
+        *,
+        order: str,
+        in_progress: Callable[[], Container[Request] | None],
+        wake: Callable[[], None],
+    ) -> None:
+        """A scheduler queue of the leased frontier serves this crawl (no I/O).
+
+        *in_progress* gives the requests the engine has not finished (None when it
+        cannot tell); *wake* asks the engine for requests now (a batch landed).
+        """
+        self.frontier.in_use = True
+        self.frontier.order = order
+        self._in_progress = in_progress
+        self._wake = wake
+
+    @property
+    def frontier_in_use(self) -> bool:
+        """A scheduler queue of the leased frontier serves this crawl: its seen
+        fingerprints, in Redis, are a shared dupefilter."""
+        return self.frontier.in_use
+
+    @property
+    def frontier_size(self) -> int:
+        """Requests the frontier can still give this node (its scheduler's length)."""
+        return len(self.frontier)
+
+    @property
+    def frontier_pending(self) -> int:
+        """Frontier requests anywhere in the fleet, waiting or leased, at the last
+        round trip, and this node's own not yet written: the crawl is not over."""
+        f = self.frontier
+        return f.waiting + f.leased + len(f.outbox) + len(f.local) + len(f.ready)
+
+    @property
+    def frontier_busy(self) -> bool:
+        """This node holds frontier work that Redis has not settled yet."""
+        return self.frontier.holds or self._frontier_call is not None
+
+    def frontier_push(self, request: Request) -> None:
+        """Add a request to the frontier (written with the next round trip)."""
+        from ..envelope import frontier_request_to_json
+
+        request.meta.pop(META_FRONTIER, None)
+        if live_ref(request) is not None:
+            # A re-injected retry is leased already, by the retry queue: it stays
+            # on this node, whose lease brings it back if the node dies. Through
+            # the shared frontier, a copy could outlive a lease handed back.
+            self.frontier.local.append(request)
+            return
+        try:
+            text = frontier_request_to_json(
+                request,
+                self.spider,
+                cipher=self.config.encryption,
+                recomputed=self.planner.recomputed_meta,
+            )
+        except EnvelopeError as exc:
+            # Crawled from this node's memory: a node that dies loses it.
+            self.frontier.local.append(request)
+            self.reporter.count("retryqueue/frontier/unstorable")
+            logger.warning(
+                "scrapy-retryqueue: %s cannot be stored in the leased frontier (%s); crawled "
+                "from this node's memory, lost if the node dies",
+                request.url,
+                exc,
+            )
+            return
+        fingerprint = self.fingerprint(request)
+        if request.dont_filter:
+            import uuid
+
+            # Not filtered, so not one per fingerprint: an id of its own.
+            request_id, fingerprint = f"{fingerprint}:{uuid.uuid4().hex[:12]}", ""
+        else:
+            request_id = fingerprint
+        self.frontier.outbox.append(entry_for(request_id, fingerprint, request, text))
+        self._frontier_kick_soon()
+
+    def frontier_pop(self) -> Request | None:
+        """The next request for the engine, marked with its lease; None when none is here
+        now (a batch is asked for: the engine is woken when it lands)."""
+        frontier = self.frontier
+        if frontier.local:
+            return frontier.local.popleft()
+        request = None
+        while request is None and frontier.ready:
+            request_id, raw, token = frontier.ready.popleft()
+            request = self._frontier_request(request_id, raw, token)
+        if frontier.wants_lease:
+            self._frontier_kick_soon()
+        return request
+
+    def _frontier_request(self, request_id: str, raw: str | bytes, token: str) -> Request | None:
+        from ..envelope import frontier_request_from_json
+        from ..exceptions import EncryptionKeyError
+
+        try:
+            request = frontier_request_from_json(raw, self.spider, cipher=self.config.encryption)
+        except EncryptionKeyError as exc:
+            # Sound, only not for this node: held, handed back when the crawl closes.
+            self.frontier.kept[request_id] = token
+            logger.error("scrapy-retryqueue: frontier request %s: %s", ascii(request_id), exc)
+            return None
+        except EnvelopeError as exc:
+            self.frontier.bad[request_id] = token
+            self.reporter.count("retryqueue/frontier/malformed")
+            logger.error(
+                "scrapy-retryqueue: frontier request %s is malformed (%s); quarantined",
+                ascii(request_id),
+                exc,
+            )
+            return None
+        request.meta[META_FRONTIER] = {"id": request_id, "token": token}
+        self.frontier.running[request_id] = (token, request)
+        return request
+
+    def frontier_clear(self) -> None:
+        """Forget the frontier (scrapy-redis's flush: SCHEDULER_PERSIST False, or
+        SCHEDULER_FLUSH_ON_START): every node's requests and its seen fingerprints."""
+        from ..keys import frontier_keys
+
+        queue = self.writes.queue
+        self.frontier.outbox.clear()
+        self.frontier.ready.clear()
+        if queue is None or self.spider is None:
+            self._frontier_clear_on_open = True  # the scheduler opens before the runtime
+            return
+        keys = frontier_keys(queue.keys)  # the project's namespace, as the retry queue's
+        self.writes.call(queue.client.delete, *keys).addErrback(
+            lambda f: logger.error("scrapy-retryqueue: clearing the frontier failed: %s", f.value)
+        )
+
+    def _frontier_waits_for(self, request: Request, parking: Parking) -> None:
+        """A frontier request's failure is acknowledged once its park is written."""
+        ref = request.meta.get(META_FRONTIER)
+        request_id = ref.get("id") if isinstance(ref, dict) else None
+        if isinstance(request_id, str) and self.frontier.park_started(request_id):
+
+            def written(result: Any) -> Any:
+                self.frontier.park_finished(request_id)
+                return result
+
+            parking.outcome.addBoth(written)
+
+    def _frontier_kick_soon(self) -> None:
+        """A round trip at the end of this reactor turn: the pushes and pops of one
+        callback's output travel together."""
+        from twisted.internet import reactor
+
+        if self._frontier_kick_armed or not self.is_open:
+            return
+        self._frontier_kick_armed = True
+
+        def kick() -> None:
+            self._frontier_kick_armed = False
+            self._frontier_kick()
+
+        reactor.callLater(0, kick)
+
+    def _frontier_kick(self, *, maintain: bool = False) -> None:
+        """One frontier round trip now, or right after the one on its way."""
+        store, writes = self._frontier_store, self.writes
+        if store is None or writes.down or writes.spooled:
+            return
+        if self._frontier_call is not None:
+            self._frontier_again = True
+            self._frontier_maintain |= maintain
+            return
+        self.frontier.settle(self._in_progress())
+        io = self.frontier.io(store, maintain=maintain, lease=not self._closing)
+        d = writes.call_untracked(io)
+        self._frontier_call = d
+        d.addCallbacks(self._frontier_landed, self._frontier_failed)
+        d.addBoth(self._frontier_done)
+
+    def _frontier_landed(self, result: FrontierResult) -> None:
+        frontier, count = self.frontier, self.reporter.count
+        before = len(frontier)
+        frontier.landed(result)
+        for stat, value in (
+            ("pushed", result.pushed),
+            ("duplicates", result.duplicates),
+            ("leased", len(result.leased.requests)),
+            ("acked", result.acked),
+            ("reclaimed", len(result.reclaimed)),
+            ("lease_lost", len(result.lost)),
+            ("ghosts", len(result.leased.ghosts)),
+        ):
+            if value:
+                count(f"retryqueue/frontier/{stat}", value)
+        if result.poisoned:
+            count("retryqueue/frontier/poison", len(result.poisoned))
+            logger.error(
+                "scrapy-retryqueue: %d frontier request(s) quarantined as poison (lease expired "
+                "more than RETRYQUEUE_MAX_RECLAIMS=%d times): %s",
+                len(result.poisoned),
+                self.config.max_reclaims,
+                ", ".join(ascii(x) for x in result.poisoned[:5]),
+            )
+        if result.leased.requests or result.acked or (before and not len(frontier)):
+            # A batch to crawl; or requests finished, or the frontier ran dry: the
+            # engine may find itself idle now rather than at its next 5-second
+            # heartbeat.
+            self._wake()
+
+    def _frontier_failed(self, failure: Any) -> None:
+        self.frontier.failed()
+        if failure.check(*CONNECTION_ERRORS):
+            self.writes.mark_down(failure.value)
+            return
+        self.reporter.count("retryqueue/frontier/error")
+        logger.error("scrapy-retryqueue: frontier round trip failed: %s", failure.value)
+
+    def _frontier_done(self, _: Any) -> None:
+        self._frontier_call = None
+        if self._frontier_again:
+            maintain, self._frontier_again, self._frontier_maintain = (
+                self._frontier_maintain,
+                False,
+                False,
+            )
+            self._frontier_kick(maintain=maintain)
+
+    async def _frontier_close(self) -> None:
+        """Write what this node pushed and finished; hand back what it holds."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        self._closing = True
+        while self._frontier_call is not None:
+            with contextlib.suppress(Exception):
+                await maybe_deferred_to_future(self._frontier_call)
+        store, writes = self._frontier_store, self.writes
+        if store is None:
+            return
+        self.frontier.settle(self._in_progress())
+        entries, acks, bad, release = self.frontier.take_all()
+        if writes.down:
+            logger.warning(
+                "scrapy-retryqueue: Redis is down at close: %d frontier request(s) this node "
+                "held return when their leases expire; %d it pushed are lost",
+                len(release) + len(acks),
+                len(entries),
+            )
+            return
+        try:
+            poll_ms = int(self.config.poll_interval * 1000)
+            alive_after = now_ms() - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
+            pushed, acked, released, finished = await maybe_deferred_to_future(
+                writes.call(close_io, store, entries, acks, bad, release, alive_after=alive_after)
+            )
+        except Exception as exc:
+            logger.warning(
+                "scrapy-retryqueue: could not hand back %d frontier request(s) (%s); their "
+                "leases expire and other nodes take them",
+                len(release),
+                exc,
+            )
+            return
+        if finished:
+            logger.info(
+                "scrapy-retryqueue: the crawl's frontier is done; the next crawl of %r starts "
+                "afresh",
+                self.spider.name if self.spider is not None else "?",
+            )
+        if acked:
+            self.reporter.count("retryqueue/frontier/acked", acked)
+        if pushed:
+            self.reporter.count("retryqueue/frontier/pushed", pushed)
+        if released:
+            self.reporter.count("retryqueue/frontier/released", released)
+            logger.info("scrapy-retryqueue: released %d unfinished frontier request(s)", released)
+
     # -- polling -----------------------------------------------------------------------------
 
     def fleet_working(self) -> list[str]:
@@ -568,10 +890,15 @@ class RetryQueueRuntime:
         poll_ms = int(self.config.poll_interval * 1000)
         alive_after = now - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
         busy_after = now - max(2 * poll_ms, FLEET_BUSY_MIN_MS)
+        # A node that registered a moment ago may not have pushed its start
+        # requests yet: it counts as working for a few polls.
+        new_after = now - max(FLEET_REGISTERED_POLLS * poll_ms, FLEET_HEARTBEAT_MIN_MS)
         return sorted(
             node
-            for node, (beat, busy) in self.fleet.items()
-            if node != self.config.node_id and beat >= alive_after and busy >= busy_after
+            for node, (beat, busy, registered) in self.fleet.items()
+            if node != self.config.node_id
+            and beat >= alive_after
+            and (busy >= busy_after or registered >= new_after)
         )
 
     def poll(self, *, last_busy: int = 0) -> defer.Deferred[Any] | None:
@@ -588,8 +915,16 @@ class RetryQueueRuntime:
             return None
         if writes.down or writes.spooled:
             return writes.recover()
+        if self.frontier.in_use:
+            self._frontier_kick(maintain=True)
         learns = callable(getattr(self.config.policy_table.backoff, "learned", None))
-        io = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy, learns=learns)
+        io = self.leases.poll_io(
+            queue,
+            self.breaker.domains,
+            last_busy=last_busy,
+            registered=self._registered,
+            learns=learns,
+        )
         d = writes.call_untracked(io)
         d.addCallbacks(self._polled, self._poll_failed)
         return d

@@ -36,8 +36,9 @@ class PollResult:
     token: str = ""
     #: Domains cooling down (domain -> end, ms); None when cooldowns are off.
     cooling: dict[str, int] | None = None
-    #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms).
-    nodes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms,
+    #: registered ms).
+    nodes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     #: The learned recovery records, read when a learning strategy's refresh was
     #: due (else None), and the fields found malformed (recovery.read_records).
     recovery: tuple[RecoveryStats, list[str]] | None = None
@@ -80,6 +81,7 @@ class Leases:
         domains: DomainCooldowns | None,
         *,
         last_busy: int,
+        registered: int = 0,
         learns: bool = False,
     ) -> Callable[[], PollResult]:
         """The blocking part of one poll, as a function for the worker thread.
@@ -122,7 +124,9 @@ class Leases:
                 deferral_max_wait_ms=max_wait_ms,
             )
             cooling = domains.cooling() if domains is not None else None
-            nodes = queue.heartbeat(now=now_, last_busy=last_busy, learned=learned)
+            nodes = queue.heartbeat(
+                now=now_, last_busy=last_busy, registered=registered, learned=learned
+            )
             recovery = None
             if learned:
                 recovery = read_records(learned[0], now=now_, half_life=half_life)

@@ -1,14 +1,17 @@
 """The flaky-site crawl for a fleet: several processes share one frontier.
 
-scrapy-redis holds the frontier (scheduler and dupefilter in Redis), so every
-page is fetched by one node of the fleet; scrapy-retryqueue holds the failures.
-Both read REDIS_URL, so one setting points the whole fleet at one Redis::
+scrapy-redis's scheduler shares the frontier, with scrapy-retryqueue's leased
+frontier as its queue and dupefilter: every page is fetched by one node of the
+fleet, and the pages a node had taken when it died are taken over by another
+once their leases expire. scrapy-retryqueue holds the failures too. Both read
+REDIS_URL, so one setting points the whole fleet at one Redis::
 
     scrapy crawl flaky_fleet -a site=http://127.0.0.1:8765 -s REDIS_URL=redis://host:6379/0
 
 Start it on as many machines (or terminals) as you like, at the same moment or
-one after another: a node whose frontier runs dry stays while another node still
-works (RETRYQUEUE_FLEET_WAIT). ``python example_project/run_fleet.py`` starts the
+one after another: a node whose frontier runs dry stays while the fleet holds
+frontier requests (waiting or leased to any node), pending retries, or a node
+that registered a moment ago (docs/fleet.md, "Nodes that start together"). ``python example_project/run_fleet.py`` starts the
 site and three nodes at once and prints what each did.
 """
 
@@ -23,8 +26,11 @@ class FlakyFleetSpider(FlakySpider):
     name = "flaky_fleet"
     custom_settings: ClassVar[dict[str, Any]] = {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-        # False would flush the shared frontier and dupefilter when the first
-        # node closes, under the feet of the others.
+        # Leased, not popped: nothing is lost when a node dies (docs/fleet.md).
+        "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.frontier.LeasedPriorityQueue",
+        # The frontier keeps each fingerprint once itself, as it stores the request.
+        "DUPEFILTER_CLASS": "scrapy_retryqueue.frontier.FrontierDupeFilter",
+        # False would flush the shared frontier when the first node closes,
+        # under the feet of the others.
         "SCHEDULER_PERSIST": True,
     }
