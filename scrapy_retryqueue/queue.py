@@ -416,6 +416,14 @@ class RedisDelayedQueue:
             nodes[as_text(node)] = (beat, busy)
         return nodes
 
+    def probe(self) -> None:
+        """Raise the client's error unless the node serving this spider's slot answers.
+
+        A read of one of the spider's keys: on a cluster it goes to the slot's
+        owner (a PING would reach any node, and answer while that one is down).
+        """
+        self.client.exists(self.keys.due)
+
     def leave(self) -> None:
         """This node stops crawling the spider: the others stop waiting for it."""
         self.client.hdel(self.keys.nodes, self.node_id)

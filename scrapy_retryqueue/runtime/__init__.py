@@ -32,6 +32,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
 from ..config import Config, config_for, redact_url
+from ..connection import is_outage
 from ..defaults import FLEET_BUSY_MIN_MS, FLEET_HEARTBEAT_MIN_MS
 from ..domains import DomainCooldowns
 from ..envelope import (
@@ -53,7 +54,7 @@ from .outcome import Outcome
 from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
 from .taskref import live_ref, ref_created, ref_host, ref_of, settle, task_ref
-from .writes import CONNECTION_ERRORS, WritePath
+from .writes import WritePath
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -65,12 +66,12 @@ if TYPE_CHECKING:
     from ..envelope import Task
 
 __all__ = [
-    "CONNECTION_ERRORS",
     "Claimed",
     "Outcome",
     "Parking",
     "PollResult",
     "RetryQueueRuntime",
+    "is_outage",
     "runtime_for",
     "runtime_if_any",
 ]
@@ -143,7 +144,9 @@ def preflight(config: Config) -> None:
         return  # an outage at start is spooled like any other
     try:
         check_reachable(config, timeout=REDIS_START_TIMEOUT)
-    except (*CONNECTION_ERRORS, OSError) as exc:
+    except Exception as exc:
+        if not (is_outage(exc) or isinstance(exc, OSError)):
+            raise
         stop_at_start(
             f"Redis at {redact_url(config.redis_url)} ({config.redis_url_setting}) does not "
             f"answer ({exc}); the crawl stops before it fetches anything. Fix the address, or "
@@ -527,7 +530,7 @@ class RetryQueueRuntime:
         return result
 
     def _poll_failed(self, failure: Any) -> None:
-        if failure.check(*CONNECTION_ERRORS):
+        if is_outage(failure.value):
             self.writes.mark_down(failure.value)
             return
         self.reporter.count("retryqueue/poll_error")
