@@ -27,6 +27,7 @@ from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
+from . import crawling
 from .crawling import Crawl, Site, flaky_site, read_crawl, start_crawl
 from .servers import LocalCluster, RedisServer
 from .waiting import POLL
@@ -365,3 +366,45 @@ def test_a_dead_shard_costs_only_the_spiders_on_it(whole: LocalCluster, tmp_path
         for node in whole.nodes:
             if node.process is not None:
                 whole._ask(node, "CONFIG", "SET", "cluster-require-full-coverage", "yes")
+
+
+def test_the_documented_fleet_set_up_survives_a_failover(
+    whole: LocalCluster, redis_url: str, tmp_path: Path
+) -> None:
+    """docs/fleet.md's cluster set-up, end to end: scrapy-redis's frontier on one Redis,
+    the retry queue on the cluster (run_fleet.py --redis-url and --cluster-url), three
+    nodes, and the master of the spider's slot killed mid-crawl."""
+    import importlib
+
+    assert crawling.PROJECT  # example_project is on sys.path
+    run_fleet = importlib.import_module("run_fleet").run_fleet
+    spider = f"clf{uuid.uuid4().hex[:6]}"
+    key = keys_for(spider).due
+
+    def kill_the_master(_: object) -> None:
+        master = whole.master_of(key)
+        whole.kill(master)
+        until(lambda: whole.master_of(key) is not master, "the failover")
+
+    fleet = run_fleet(
+        nodes=3,
+        pages=PAGES,
+        redis_url=redis_url,
+        cluster_url=whole.url,
+        workdir=tmp_path,
+        spider=spider,
+        site_options={"latency": 0.2},
+        node_settings={"RETRYQUEUE_EMBEDDED_DIR": str(tmp_path / "local")},
+        during=kill_the_master,
+    )
+    print(fleet.report())
+    for node in fleet.nodes:
+        assert node.returncode == 0, node.log[-3000:]
+        assert "'finish_reason': 'finished'" in node.log, node.log[-3000:]
+        assert node.log.count("Redis is unreachable") <= 1, node.log[-3000:]
+        assert node.log.count("Redis answers again") == node.log.count("Redis is unreachable")
+    assert any("Redis is unreachable" in node.log for node in fleet.nodes)
+    assert fleet.lost == set()
+    dead = {task for task, types in fleet.events.items() if "dead" in types}
+    assert len(dead) == len(fleet.dead), "dead letters missing"
+    assert not [p for p in (tmp_path / "local").rglob("*.jsonl") if p.read_text().strip()]
