@@ -41,6 +41,7 @@ SCRIPT_NAMES = (
     "deadletter",
     "reap",
     "release",
+    "unclaim",
     "retry_now",
     "cancel",
 )
@@ -338,6 +339,15 @@ class RedisDelayedQueue:
         for task_id, token in leases.items():
             args += [wire_id(task_id), token]
         return int(self._run("release", [k.due, k.leased, k.owners, k.events], args))
+
+    def unclaim(self, tokens: Sequence[str], *, now: int) -> list[str]:
+        """Hand back the tasks leased under *tokens*, claims whose reply was lost; their ids."""
+        if not tokens:
+            return []
+        k = self.keys
+        args: list[Any] = [now, self.node_id, self.events_maxlen, *tokens]
+        raw = self._run("unclaim", [k.due, k.leased, k.owners, k.events], args)
+        return [task_id_text(x) for x in raw]
 
     def counts(self, *, now: int) -> Counts:
         k = self.keys

@@ -248,6 +248,13 @@ class RetryQueueRuntime:
                 with contextlib.suppress(Exception):
                     await maybe_deferred_to_future(writes.call(writes.queue.leave))
             await writes.flush_for_close()
+            if writes.queue is not None and self.leases.doubtful and not writes.down:
+                with contextlib.suppress(Exception):  # else their leases expire
+                    await maybe_deferred_to_future(
+                        writes.call(
+                            writes.queue.unclaim, sorted(self.leases.doubtful), now=now_ms()
+                        )
+                    )
             if writes.queue is not None and self.leases.held and not writes.down:
                 leases = self.leases.take_all()
                 try:
@@ -499,14 +506,23 @@ class RetryQueueRuntime:
             return None
         if writes.down or writes.spooled:
             return writes.recover()
-        io = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy)
+        io, token = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy)
         d = writes.call_untracked(io)
-        d.addCallbacks(self._polled, self._poll_failed)
+        d.addCallbacks(self._polled, self._poll_failed, errbackArgs=(token,))
         return d
 
     def _polled(self, result: PollResult) -> PollResult:
         reporter = self.reporter
         self.fleet = result.nodes
+        if result.settled:
+            self.leases.settle(result.settled)
+        if result.unclaimed:
+            reporter.count("retryqueue/unclaimed", len(result.unclaimed))
+            logger.info(
+                "scrapy-retryqueue: %d task(s) a poll whose reply was lost had claimed are "
+                "due again",
+                len(result.unclaimed),
+            )
         if result.cooling is not None:
             self.breaker.polled(result.cooling)
         if result.reclaimed:
@@ -529,8 +545,11 @@ class RetryQueueRuntime:
             self.leases.hold(task_id, result.token)
         return result
 
-    def _poll_failed(self, failure: Any) -> None:
+    def _poll_failed(self, failure: Any, token: str) -> None:
         if is_outage(failure.value):
+            # A timeout or a lost connection: its claim may have run (not retried:
+            # the next poll hands back whatever it leased under this token).
+            self.leases.doubt(token)
             self.writes.mark_down(failure.value)
             return
         self.reporter.count("retryqueue/poll_error")

@@ -1,8 +1,9 @@
 """The tasks this node holds under lease, and the poll that claims, renews and reaps them.
 
-One poll is one worker call: return expired leases to due (or dead-letter a
-poison task), renew what this node holds, claim as many due tasks as it has
-room for, and read the cooling domains. Nothing due in the future is held in
+One poll is one worker call: hand back what earlier polls whose reply was
+lost had claimed, return expired leases to due (or dead-letter a poison task),
+renew what this node holds, claim as many due tasks as it has room for, and
+read the cooling domains. Nothing due in the future is held in
 memory: only the ids and tokens of tasks this node is running.
 """
 
@@ -37,6 +38,10 @@ class PollResult:
     cooling: dict[str, int] | None = None
     #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms).
     nodes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Tasks handed back that earlier polls whose reply was lost had claimed.
+    unclaimed: list[str] = field(default_factory=list)
+    #: The lease tokens of those polls, settled now.
+    settled: list[str] = field(default_factory=list)
 
 
 class Leases:
@@ -47,6 +52,10 @@ class Leases:
         self._prefix = lease_prefix(config.node_id)
         self._serial = itertools.count()
         self._last_renew = 0.0
+        #: Lease tokens of polls that failed on the way (a timeout, a lost
+        #: connection): their claim may have run, leasing tasks this node never
+        #: learned of. The next poll hands those back (unclaim.lua).
+        self.doubtful: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.held)
@@ -71,8 +80,9 @@ class Leases:
 
     def poll_io(
         self, queue: RedisDelayedQueue, domains: DomainCooldowns | None, *, last_busy: int
-    ) -> Callable[[], PollResult]:
-        """The blocking part of one poll, as a function for the worker thread.
+    ) -> tuple[Callable[[], PollResult], str]:
+        """The blocking part of one poll, as a function for the worker thread, and the
+        lease token its claim uses (see :meth:`doubt`).
 
         What to renew and how much room there is are read now, on the reactor
         thread; Redis is called only by the returned function.
@@ -88,9 +98,12 @@ class Leases:
         lease_ms = int(config.lease_time * 1000)
         max_wait = config.deferral_max_wait
         max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
+        doubtful = sorted(self.doubtful)
 
         def io() -> PollResult:
             now_ = now_ms()
+            # First, so that this very claim may take them again.
+            unclaimed = queue.unclaim(doubtful, now=now_) if doubtful else []
             reclaimed, poisoned = queue.reap(
                 now=now_, limit=QUEUE_BATCH, max_reclaims=config.max_reclaims
             )
@@ -106,9 +119,19 @@ class Leases:
             )
             cooling = domains.cooling() if domains is not None else None
             nodes = queue.heartbeat(now=now_, last_busy=last_busy)
-            return PollResult(claimed, reclaimed, poisoned, lost, token, cooling, nodes)
+            return PollResult(
+                claimed, reclaimed, poisoned, lost, token, cooling, nodes, unclaimed, doubtful
+            )
 
-        return io
+        return io, token
+
+    def doubt(self, token: str) -> None:
+        """The poll that used *token* failed on the way: its claim may have run."""
+        self.doubtful.add(token)
+
+    def settle(self, tokens: list[str]) -> None:
+        """What the polls that used *tokens* leased is back in due."""
+        self.doubtful.difference_update(tokens)
 
     def lost(self, task_ids: list[str]) -> None:
         for task_id in task_ids:
