@@ -42,7 +42,7 @@ PROJECT = Path(__file__).resolve().parent
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue.keys import keys_for  # noqa: E402
+from scrapy_retryqueue.keys import all_keys, keys_for  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -316,10 +316,8 @@ def run_fleet(
         if store_writer is not None and store_writer.process is not None:
             store_writer.kill()
         client.delete(f"{spider}:requests", f"{spider}:dupefilter")
-        # Every key of the spider's namespace shares its hash tag: one slot on a cluster.
-        namespace = list(queue.scan_iter(f"retryqueue:{{{spider}}}:*"))
-        for key in namespace:
-            queue.delete(key)
+        # Every key of the spider's namespace: one slot on a cluster, one call.
+        queue.delete(*all_keys(keys_for(spider)))
         if queue is not client:
             queue.close()
         client.close()

@@ -19,14 +19,14 @@ start is such an outage too.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
 from redis._parsers import Encoder
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import (
     ClusterDownError,
@@ -52,10 +52,13 @@ if TYPE_CHECKING:
 #: cluster client still follows MOVED / ASK, which a node answers without
 #: running anything), its timeouts (an unreachable Redis counts as down
 #: within seconds, not scrapy-redis's 30 s), replies as bytes (envelopes are
-#: decoded by the queue), and a cluster client that starts with slots
-#: uncovered (a dead shard costs only the spiders whose slot it served).
+#: decoded by the queue), a cluster client that starts with slots
+#: uncovered (a dead shard costs only the spiders whose slot it served),
+#: and its startup nodes (RETRYQUEUE_REDIS_CLUSTER_NODES; REDIS_PARAMS is
+#: scrapy-redis's too, whose client takes no such argument).
 QUEUE_ARGUMENTS = (
     "redis_cls",
+    "startup_nodes",
     "retry",
     "retry_on_timeout",
     "cluster_error_retry_attempts",
@@ -198,7 +201,13 @@ def client_for(
         # say) is for the Redis the settings name, not for it.
         return open_client(url, {}), url
     url = config.redis_url
-    return open_client(url, config.redis_client_settings, cluster=config.redis_cluster), url
+    client = open_client(
+        url,
+        config.redis_client_settings,
+        cluster=config.redis_cluster,
+        cluster_nodes=config.redis_cluster_nodes,
+    )
+    return client, url
 
 
 def open_client(
@@ -206,6 +215,7 @@ def open_client(
     client_settings: Mapping[str, Any],
     *,
     cluster: bool = False,
+    cluster_nodes: Sequence[tuple[str, int]] = (),
     socket_timeout: float = REDIS_SOCKET_TIMEOUT,
     connect_timeout: float = REDIS_CONNECT_TIMEOUT,
 ) -> Any:
@@ -233,6 +243,10 @@ def open_client(
         ours["redis_cls"] = RedisCluster
         ours["retry"] = Retry(NoBackoff(), 0)
         ours["require_full_coverage"] = False
+        if cluster_nodes:
+            # Tried with the URL's own node: one that is down at start (a failover
+            # under way) does not keep the client from finding the cluster.
+            ours["startup_nodes"] = [ClusterNode(host, port) for host, port in cluster_nodes]
     else:
         ours["redis_cls"] = redis.Redis
         ours["health_check_interval"] = REDIS_HEALTH_CHECK_INTERVAL
@@ -299,6 +313,7 @@ def check_reachable(config: Config, *, timeout: float) -> None:
         config.redis_url,
         config.redis_client_settings,
         cluster=config.redis_cluster,
+        cluster_nodes=config.redis_cluster_nodes,
         socket_timeout=timeout,
         connect_timeout=timeout,
     )

@@ -315,6 +315,15 @@ class LocalCluster:
     def url(self) -> str:
         return self.nodes[0].url
 
+    @property
+    def addresses(self) -> str:
+        """Every node's ``host:port``, comma-separated (RETRYQUEUE_REDIS_CLUSTER_NODES)."""
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def live_url(self) -> str:
+        """The URL of a node that runs now (the first may be the one a test killed)."""
+        return next(node.url for node in self.nodes if node.process is not None)
+
     def start(self) -> None:
         cli = shutil.which("redis-cli")
         if cli is None:

@@ -257,6 +257,24 @@ def test_a_cluster_client_retries_nothing_behind_the_queue(
     client.close()
 
 
+def test_a_cluster_is_found_through_another_listed_node_when_the_urls_is_down(
+    redis_cluster_url: str, tmp_path: Path
+) -> None:
+    live = urlsplit(redis_cluster_url).netloc
+    settings = {
+        "RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:1",  # down (nothing listens there)
+        "RETRYQUEUE_REDIS_CLUSTER": True,
+        "RETRYQUEUE_REDIS_CLUSTER_NODES": [live],
+        # The project's own startup nodes are scrapy-redis's too: not taken.
+        "REDIS_PARAMS": {"startup_nodes": "not for the queue"},
+    }
+    client = client_of(settings, tmp_path)
+    assert client.ping()
+    assert len(client.addresses()) == 3
+    client.close()
+    check_reachable(load_config(Settings(settings)), timeout=2)
+
+
 def test_a_cluster_down_at_start_gives_a_client_whose_calls_are_outages(tmp_path: Path) -> None:
     # Port 1: nothing listens there, the connection is refused at once.
     settings = {"RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:1", "RETRYQUEUE_REDIS_CLUSTER": True}
