@@ -155,8 +155,13 @@ def preload(
     queue.apply(writes)
 
 
+#: The example project's namespace in the Redis keys (its BOT_NAME): its crawls'
+#: queues are there; queues these scripts fill by hand have none.
+DEMO_NAMESPACE = "demo"
+
+
 def forget(client: redis.Redis, spider: str) -> None:
-    client.delete(*all_keys(keys_for(spider)))
+    client.delete(*all_keys(keys_for(spider)), *all_keys(keys_for(spider, DEMO_NAMESPACE)))
 
 
 @dataclass

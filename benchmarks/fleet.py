@@ -30,10 +30,12 @@ from pathlib import Path
 import redis
 
 from scrapy_retryqueue import events
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.keys import all_keys, keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"
+#: The example project's namespace in the Redis keys: its BOT_NAME.
+DEMO_NAMESPACE = "demo"
 sys.path.insert(0, str(PROJECT))
 from flaky_site import SCENARIOS  # noqa: E402
 
@@ -164,7 +166,7 @@ def run(pages: int, nodes: int, redis_url: str, *, kill: bool, workdir: Path) ->
     lost = len(scenarios) - len(answered)
     settled: set[str] = set()
     scheduled: set[str] = set()
-    for event in events.parse_entries(client.xrange(keys_for(spider).events)):
+    for event in events.parse_entries(client.xrange(keys_for(spider, DEMO_NAMESPACE).events)):
         if isinstance(event, events.MalformedEvent):
             continue
         if event.type == events.SCHEDULED:
@@ -173,7 +175,7 @@ def run(pages: int, nodes: int, redis_url: str, *, kill: bool, workdir: Path) ->
             settled.add(event.task_id)
     lost_retries = len(scheduled - settled)
     client.delete(
-        *client.keys(f"retryqueue:{{{spider}}}:*"), f"{spider}:requests", f"{spider}:dupefilter"
+        *all_keys(keys_for(spider, DEMO_NAMESPACE)), f"{spider}:requests", f"{spider}:dupefilter"
     )
     client.close()
     return Outcome(

@@ -3,9 +3,9 @@
     python example_project/run_demo.py [--pages 500]
 
 With no Redis configured (the default here) the crawl uses the embedded server
-under example_project/.scrapy/retryqueue/, which keeps running for the next
-crawl; stop it with ``scrapy retryqueue server stop`` inside example_project/.
-Interrupt a run with Ctrl-C and start it again: the pending retries resume.
+under example_project/.scrapy/retryqueue/; it stops when the crawl and this
+summary are done, and its data stays for the next run. Interrupt a run with
+Ctrl-C and start it again: the pending retries resume.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,14 +45,30 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
     os.chdir(HERE)
     from scrapy.utils.project import get_project_settings
 
-    from scrapy_retryqueue import events
+    from scrapy_retryqueue import embedded
     from scrapy_retryqueue.config import load_config
     from scrapy_retryqueue.connection import client_for, embedded_dir
-    from scrapy_retryqueue.keys import keys_for
 
     config = load_config(get_project_settings())
-    client, url = client_for(config, embedded_directory=embedded_dir(config.embedded_dir))
-    keys = keys_for(spider)
+    directory = embedded_dir(config.embedded_dir)
+    if config.redis_url is None:
+        # Held like a crawl holds it, so that it stops once the summary is read.
+        embedded.hold(directory)
+    try:
+        client, url = client_for(config, embedded_directory=directory)
+        return _summarize(client, url, spider, since_ms, items_path, config.namespace)
+    finally:
+        if config.redis_url is None:
+            embedded.let_go(directory)
+
+
+def _summarize(
+    client: Any, url: str, spider: str, since_ms: int, items_path: Path, project: str
+) -> str:
+    from scrapy_retryqueue import events
+    from scrapy_retryqueue.keys import keys_for
+
+    keys = keys_for(spider, project)
     scheduled: collections.Counter[str] = collections.Counter()
     dead: collections.Counter[str] = collections.Counter()
     retried: set[str] = set()
@@ -115,12 +132,25 @@ def stored_dead_letters(spider: str, since_ms: int) -> list[str]:
         store.close()
     except StoreError as exc:
         return [f"dead letter store: {exc}"]
+    scrapy = scrapy_command()
     return [
         f"store:              {stored} dead letters of this run, in {store.safe_url}",
         "export them:        cd example_project && "
-        f"scrapy deadletters export --spider {spider} -O dead.csv",
-        f"queue status:       cd example_project && scrapy retryqueue status --spider {spider}",
+        f"{scrapy} deadletters export --spider {spider} -O dead.csv",
+        f"queue status:       cd example_project && {scrapy} retryqueue status --spider {spider}",
     ]
+
+
+def scrapy_command() -> str:
+    """How to run ``scrapy`` from example_project/: the one beside this Python (a
+    virtualenv's, often not on PATH), else plain ``scrapy``."""
+    import shutil
+
+    beside = Path(sys.executable).parent / "scrapy"
+    if not beside.exists() or shutil.which("scrapy") == str(beside):
+        return "scrapy"
+    # ../.venv/bin/scrapy for the repository's own virtualenv, else its full path.
+    return os.path.relpath(beside, HERE) if HERE.parent in beside.parents else str(beside)
 
 
 def main() -> int:

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = Path(__file__).resolve().parent
+#: The namespace of the demo project's Redis keys: its BOT_NAME (RETRYQUEUE_NAMESPACE).
+NAMESPACE = "demo"
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
@@ -124,7 +126,7 @@ class Writer:
     def wait_caught_up(self, client: Any, spider: str, timeout: float = 120) -> bool:
         """Wait until every event of *spider* is written and acknowledged, and its dead
         letters left Redis; False when that did not happen within *timeout*."""
-        keys = keys_for(spider)
+        keys = keys_for(spider, NAMESPACE)
         events, dead = keys.events, keys.dead
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -307,7 +309,7 @@ def run_fleet(
             if info["expected"].startswith("dead:")
         }
         events: dict[str, list[str]] = {}
-        for _, fields in queue.xrange(keys_for(spider).events):
+        for _, fields in queue.xrange(keys_for(spider, NAMESPACE).events):
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
             for task_id in decoded.get("ids", decoded.get("id", "")).split():
                 events.setdefault(task_id, []).append(decoded["type"])
@@ -317,7 +319,7 @@ def run_fleet(
             store_writer.kill()
         client.delete(f"{spider}:requests", f"{spider}:dupefilter")
         # Every key of the spider's namespace: one slot on a cluster, one call.
-        queue.delete(*all_keys(keys_for(spider)))
+        queue.delete(*all_keys(keys_for(spider, NAMESPACE)))
         if queue is not client:
             queue.close()
         client.close()

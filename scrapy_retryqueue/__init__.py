@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         RetryQueueError,
     )
     from .extension import RetryQueueExtension
+    from .learned import LearnedBackoff
     from .middleware import RetryQueueMiddleware
     from .spidermiddleware import RetryQueueSpiderMiddleware
 
@@ -33,6 +34,7 @@ _EXPORTS = {
     "RequestParked": ".exceptions",
     "RetryLater": ".exceptions",
     "RetryQueueError": ".exceptions",
+    "LearnedBackoff": ".learned",
     "RetryQueueExtension": ".extension",
     "RetryQueueMiddleware": ".middleware",
     "RetryQueueSpiderMiddleware": ".spidermiddleware",
@@ -41,6 +43,7 @@ _EXPORTS = {
 __all__ = [
     "Addon",
     "ConfigError",
+    "LearnedBackoff",
     "PermanentFailure",
     "RequestParked",
     "RetryLater",

@@ -15,8 +15,10 @@ from .defaults import (
     DOWNLOADER_MIDDLEWARE_ORDER,
     EXTENSION_ORDER,
     SPIDER_MIDDLEWARE_ORDER,
+    STATUS_KINDS,
     STORE_EXTENSION_ORDER,
 )
+from .kinds import BUILTIN_BY_NAME
 
 STOCK_RETRY_MIDDLEWARE = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 _PACKAGE = "scrapy_retryqueue"
@@ -85,8 +87,34 @@ class Addon:
         _set_component(settings, "DOWNLOADER_MIDDLEWARES", STOCK_RETRY_MIDDLEWARE, None)
         for name, path, order in COMPONENTS:
             _set_component(settings, name, path, order)
+        keep_failures_out_of_cache(settings)
         if "scrapy_redis" in str(settings.get("SCHEDULER") or ""):
             quiet_scrapy_redis()
+
+
+def retried_statuses(settings: Any) -> set[int]:
+    """The statuses a retry may follow: the retried kinds' in STATUS_KINDS, and
+    the project's RETRY_HTTP_CODES (which the queue honours too)."""
+    codes = {
+        code
+        for code, kind in STATUS_KINDS.items()
+        if kind in BUILTIN_BY_NAME and BUILTIN_BY_NAME[kind].retry
+    }
+    return codes | {int(code) for code in settings.getlist("RETRY_HTTP_CODES")}
+
+
+def keep_failures_out_of_cache(settings: Any) -> None:
+    """Add the retried statuses to HTTPCACHE_IGNORE_HTTP_CODES, at its own priority.
+
+    Scrapy's default cache policy stores every response: a 503 cached once would
+    answer every later crawl of that page with the same 503, and the site would
+    never be asked again. The statuses the project lists stay listed.
+    """
+    name = "HTTPCACHE_IGNORE_HTTP_CODES"
+    listed = [int(code) for code in settings.getlist(name)]
+    missing = sorted(retried_statuses(settings) - set(listed))
+    if missing:
+        settings.set(name, listed + missing, settings.getpriority(name) or 0)
 
 
 def quiet_scrapy_redis() -> None:

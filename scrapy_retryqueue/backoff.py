@@ -49,13 +49,18 @@ class BackoffStrategy(Protocol):
 
 
 class ExponentialBackoff:
-    """The default strategy: the policy's exponential backoff with its jitter.
+    """The default strategy: the server's Retry-After when it sent one, else the
+    policy's exponential backoff with its jitter.
 
     ``base_delay * multiplier ** attempt``, capped at ``max_delay``, jittered as
-    the policy's ``jitter`` says (:func:`compute_backoff`).
+    the policy's ``jitter`` says (:func:`compute_backoff`). A server that says
+    when to come back knows better than a base delay chosen for every site: a
+    ``Retry-After: 2`` is retried in 2 s, not in the 15-30 s of ``rate_limited``'s.
     """
 
     def delay(self, ctx: BackoffContext) -> float:
+        if ctx.retry_after is not None:
+            return ctx.retry_after  # capped by RETRYQUEUE_RETRY_AFTER_MAX in the bounds
         policy = ctx.policy
         return compute_backoff(
             ctx.attempt,

@@ -46,8 +46,9 @@ def classify_status(
     if kind is None:
         return None
     retry_after = parse_retry_after(retry_after_header, now=now)
-    # A 503 that says when to come back is the server throttling us, not breaking.
-    if status == 503 and retry_after is not None:
+    # A 503 that says when to come back is the server throttling us, not breaking
+    # (unless the project mapped 503 to a kind of its own).
+    if status == 503 and retry_after is not None and kind == kinds.SERVER_ERROR:
         kind = kinds.RATE_LIMITED
     return FailureInfo(
         kind=kind,

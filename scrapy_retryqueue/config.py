@@ -77,11 +77,16 @@ class Config:
     max_reclaims: int
     priority_adjust: int
     node_id: str
+    #: The project's namespace in the Redis keys (RETRYQUEUE_NAMESPACE, else
+    #: BOT_NAME when the project sets it); "" for keys without one.
+    namespace: str
     events_maxlen: int
     audit_log: str | None
     audit_rotation: str
     audit_retention: str
     embedded_dir: str | None
+    #: Keep the embedded server when the crawl ends (RETRYQUEUE_EMBEDDED_KEEP).
+    embedded_keep: bool
     forbidden_log_level: int
     #: Kind -> level of its dead letters' log line (its record's dead_log_level,
     #: a "setting:NAME" one read from that setting).
@@ -114,6 +119,12 @@ class Config:
     own_budget_kinds: frozenset[str]
     #: RETRY_* values honoured differently, said once at start (scrapycompat.py).
     notices: tuple[str, ...]
+    #: The learned recovery records (recovery.py): kept at all, their weights'
+    #: half-life (s), how many per spider, how often a learning strategy reads them (s).
+    learned_stats: bool = True
+    learned_half_life: float = defaults.LEARNED_HALF_LIFE
+    learned_max_records: int = defaults.LEARNED_MAX_RECORDS
+    learned_refresh: float = defaults.LEARNED_REFRESH
 
 
 def raw_setting(settings: Any, name: str) -> Any:
@@ -458,6 +469,27 @@ def _log_level(settings: Any, name: str) -> int:
     return level
 
 
+def namespace_setting(settings: Any) -> str:
+    """RETRYQUEUE_NAMESPACE; when None, the project's BOT_NAME (as a namespace can
+    hold it), unless BOT_NAME is Scrapy's default: then "" (no namespace)."""
+    from .keys import project_name, usable_project
+
+    name = "RETRYQUEUE_NAMESPACE"
+    value = raw_setting(settings, name)
+    if value is None:
+        get_priority = getattr(settings, "getpriority", None)
+        bot = settings.get("BOT_NAME")
+        if get_priority is None or not bot or (get_priority("BOT_NAME") or 0) <= 0:
+            return ""
+        return project_name(str(bot))
+    if not isinstance(value, str) or not usable_project(value):
+        raise ConfigError(
+            f"{name} must be 1-64 letters, digits, '_', '.' or '-' (or '' for keys without "
+            f"a namespace), got {value!r}"
+        )
+    return value
+
+
 def _optional_str(settings: Any, name: str) -> str | None:
     value = raw_setting(settings, name)
     if value is None or value == "":
@@ -596,11 +628,13 @@ def load_config(settings: Any) -> Config:
         max_reclaims=number_setting(settings, "RETRYQUEUE_MAX_RECLAIMS", whole=True),
         priority_adjust=int(priority_adjust),
         node_id=node_id,
+        namespace=namespace_setting(settings),
         events_maxlen=number_setting(settings, "RETRYQUEUE_EVENTS_MAXLEN", minimum=1, whole=True),
         audit_log=_optional_str(settings, "RETRYQUEUE_AUDIT_LOG"),
         audit_rotation=str(raw_setting(settings, "RETRYQUEUE_AUDIT_ROTATION")),
         audit_retention=str(raw_setting(settings, "RETRYQUEUE_AUDIT_RETENTION")),
         embedded_dir=_optional_str(settings, "RETRYQUEUE_EMBEDDED_DIR"),
+        embedded_keep=bool_setting(settings, "RETRYQUEUE_EMBEDDED_KEEP"),
         forbidden_log_level=_log_level(settings, "RETRYQUEUE_FORBIDDEN_LOG_LEVEL"),
         dead_log_levels=_dead_log_levels(settings, kind_table),
         dead_log_limit=number_setting(settings, "RETRYQUEUE_DEAD_LOG_LIMIT", whole=True),
@@ -626,6 +660,16 @@ def load_config(settings: Any) -> Config:
             kind for kind, fields in own_policy_fields(settings).items() if "max_retries" in fields
         ),
         notices=tuple(scrapy_retry.notices),
+        learned_stats=bool_setting(settings, "RETRYQUEUE_LEARNED_STATS"),
+        learned_half_life=float(
+            number_setting(settings, "RETRYQUEUE_LEARNED_HALF_LIFE", strict=True, finite=True)
+        ),
+        learned_max_records=number_setting(
+            settings, "RETRYQUEUE_LEARNED_MAX_RECORDS", minimum=1, whole=True
+        ),
+        learned_refresh=float(
+            number_setting(settings, "RETRYQUEUE_LEARNED_REFRESH", strict=True, finite=True)
+        ),
     )
 
 

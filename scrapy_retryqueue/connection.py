@@ -37,7 +37,6 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.retry import Retry
-from scrapy.utils.project import data_path
 
 from . import embedded
 from .defaults import REDIS_CONNECT_TIMEOUT, REDIS_HEALTH_CHECK_INTERVAL, REDIS_SOCKET_TIMEOUT
@@ -113,10 +112,10 @@ _ADDRESS_ARGUMENTS = ("url", "host", "port", "unix_socket_path")
 
 
 def embedded_dir(configured: str | None) -> Path:
-    """RETRYQUEUE_EMBEDDED_DIR, else ``.scrapy/retryqueue`` of the current project."""
+    """RETRYQUEUE_EMBEDDED_DIR, else the project's own (embedded.project_directory)."""
     if configured:
         return Path(configured)
-    return Path(data_path("retryqueue", createdir=False))
+    return embedded.project_directory()
 
 
 class SlotScript(Script):

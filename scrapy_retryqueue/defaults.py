@@ -15,6 +15,16 @@ from . import kinds
 
 #: Version of the task envelope written to Redis; readers refuse newer ones.
 ENVELOPE_VERSION = 1
+#: Deepest nesting of JSON arrays and objects a stored envelope may hold. A
+#: deeper one is malformed when read (reading it must not exhaust the stack of
+#: the poll or the store writer), and a request whose meta would make one is
+#: refused when parked, so that nothing written is refused when read back.
+ENVELOPE_MAX_DEPTH = 64
+#: Latest time (ms) an envelope may hold: the end of the year 9999, the last
+#: that Python's datetime and the SQL store hold.
+ENVELOPE_MAX_MS = 253_402_300_799_999
+#: Most attempts of one kind an envelope may count: the store's integer column.
+ENVELOPE_MAX_ATTEMPTS = 2**31 - 1
 
 # -- retry policies --------------------------------------------------------------
 
@@ -84,6 +94,33 @@ EXCEPTION_KINDS: dict[str, str] = {
 }
 
 # -- tuning constants and defaults that function parameters share -------------
+
+#: The learned recovery times (recovery.py): bins of outage duration, each half
+#: an octave wide above RECOVERY_FIRST_EDGE seconds (bin 0 is [0, first edge)).
+RECOVERY_BINS = 36
+RECOVERY_FIRST_EDGE = 0.5
+#: Longest record the scripts and the reader accept, characters: a longer one
+#: (a hostile writer) is started over by the scripts and ignored by the reader.
+RECOVERY_RECORD_MAX = 4096
+#: RETRYQUEUE_LEARNED_HALF_LIFE: seconds after which an observation weighs half.
+LEARNED_HALF_LIFE = 7 * 24 * 3600.0
+#: RETRYQUEUE_LEARNED_MAX_RECORDS: (kind, domain) records kept per spider.
+LEARNED_MAX_RECORDS = 2000
+#: RETRYQUEUE_LEARNED_REFRESH: seconds between two reads of the learned records.
+LEARNED_REFRESH = 30.0
+#: RETRYQUEUE_LEARNED_MIN_OUTAGES: weighted outages a curve needs before it is used.
+LEARNED_MIN_OUTAGES = 20.0
+#: RETRYQUEUE_LEARNED_ATTEMPT_COST: seconds of lag after a recovery that one
+#: failed attempt is worth to LearnedBackoff (higher: fewer, later attempts).
+LEARNED_ATTEMPT_COST = 5.0
+#: What LearnedBackoff weighs a recoverable task dead-lettered at, seconds of lag.
+LEARNED_DEAD_COST = 3600.0
+#: Attempts ahead LearnedBackoff's schedule looks (probing.py), at most.
+LEARNED_PLAN_DEPTH = 6
+#: Weighted outages a curve needs still on at a failure's age to say more of it.
+LEARNED_MIN_AT_RISK = 3.0
+#: LearnedBackoff's jitter: its delay is spread over +-half this share.
+LEARNED_JITTER = 0.1
 
 #: RETRYQUEUE_EVENTS_MAXLEN: approximate cap on a spider's events stream, entries.
 EVENTS_MAXLEN = 1_000_000
@@ -167,13 +204,40 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_NODE_ID": None,
     #: Approximate cap on the events stream, entries.
     "RETRYQUEUE_EVENTS_MAXLEN": EVENTS_MAXLEN,
+    #: Record how long each domain's outages last, per kind (docs/backoff.md).
+    "RETRYQUEUE_LEARNED_STATS": True,
+    #: Seconds after which a recorded outage weighs half as much as a new one.
+    "RETRYQUEUE_LEARNED_HALF_LIFE": LEARNED_HALF_LIFE,
+    #: (kind, domain) records kept per spider; new domains past it are not recorded.
+    "RETRYQUEUE_LEARNED_MAX_RECORDS": LEARNED_MAX_RECORDS,
+    #: Seconds between two reads of the records by a crawl whose strategy learns.
+    "RETRYQUEUE_LEARNED_REFRESH": LEARNED_REFRESH,
+    #: LearnedBackoff: weighted outages a curve needs before it is trusted.
+    "RETRYQUEUE_LEARNED_MIN_OUTAGES": LEARNED_MIN_OUTAGES,
+    #: LearnedBackoff: seconds of lag after a recovery one failed attempt is worth.
+    "RETRYQUEUE_LEARNED_ATTEMPT_COST": LEARNED_ATTEMPT_COST,
     #: A file that gets one JSON line per retry decision; None: no audit log.
     "RETRYQUEUE_AUDIT_LOG": None,
     #: The audit file's loguru rotation and retention.
     "RETRYQUEUE_AUDIT_ROTATION": "100 MB",
     "RETRYQUEUE_AUDIT_RETENTION": "30 days",
-    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue.
+    #: Where the embedded server keeps its socket and data; None: .scrapy/retryqueue,
+    #: or a per-user directory named after the project without scrapy.cfg (Scrapyd).
     "RETRYQUEUE_EMBEDDED_DIR": None,
+    #: Keep the embedded server running when its last crawl ends (False: stop it,
+    #: so that a runner such as Scrapyd is left with no process of ours).
+    "RETRYQUEUE_EMBEDDED_KEEP": False,
+    #: The project's namespace in the Redis keys, so that two projects on one Redis
+    #: never meet; None: BOT_NAME (when the project sets it), "": no namespace.
+    "RETRYQUEUE_NAMESPACE": None,
+    #: The Spidermon monitors' thresholds (monitors.py): forbidden dead letters
+    #: (a ban), dead letters per kind ("*": any kind not named; by default the
+    #: kinds only a bug or a hostile writer produces), retries left pending, and
+    #: the share of retried failures that must recover.
+    "RETRYQUEUE_MONITOR_MAX_BANS": 0,
+    "RETRYQUEUE_MONITOR_MAX_DEAD": {kinds.MALFORMED: 0, kinds.POISON: 0, kinds.UNSERIALIZABLE: 0},
+    "RETRYQUEUE_MONITOR_MAX_PENDING": 0,
+    "RETRYQUEUE_MONITOR_MIN_RECOVERY": 0.5,
     #: Log level of the dead-letter line of a forbidden (401, 403) failure.
     "RETRYQUEUE_FORBIDDEN_LOG_LEVEL": "WARNING",
     #: Dead-letter lines a crawl logs per kind at their level; past it, one line
@@ -235,11 +299,22 @@ META_ITEM = "retryqueue_item"
 SCRAPY_META_MAX_RETRY_TIMES = "max_retry_times"
 SCRAPY_META_RETRY_TIMES = "retry_times"
 SCRAPY_META_GIVE_UP_LOG_LEVEL = "give_up_log_level"
+#: Scrapy's HttpCacheMiddleware neither answers nor stores a request with it:
+#: set on every re-injected retry, or it would get the cached failure back.
+SCRAPY_META_DONT_CACHE = "dont_cache"
 
 #: Meta keys Scrapy fills in per download; stale on a later attempt.
 TRANSIENT_META_KEYS = frozenset(
     {"download_latency", "download_slot", "download_timeout_reached", META_TASK}
 )
+#: Set by Scrapy's DownloadTimeoutMiddleware from DOWNLOAD_TIMEOUT when the request
+#: has none: not stored when it holds that value, so a later run's setting applies.
+SCRAPY_META_DOWNLOAD_TIMEOUT = "download_timeout"
+#: Set by Scrapy's HttpProxyMiddleware from the environment (http_proxy ...),
+#: which marks it with SCRAPY_META_SCHEME_PROXY: not stored then, so the run that
+#: retries the request takes its own environment's proxy.
+SCRAPY_META_PROXY = "proxy"
+SCRAPY_META_SCHEME_PROXY = "_scheme_proxy"
 
 #: The finish_reason of a crawl that closed with retries pending or writes
 #: spooled (as Scrapy's closespider_* reasons name why a crawl ended).

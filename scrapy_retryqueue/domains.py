@@ -85,9 +85,10 @@ class DomainCooldowns:
         *,
         node_id: str,
         events_maxlen: int = EVENTS_MAXLEN,
+        project: str = "",
     ) -> None:
         self.client = client
-        self.keys: Keys = keys_for(spider)
+        self.keys: Keys = keys_for(spider, project)
         self.node_id = node_id
         self.events_maxlen = events_maxlen
         self._fail, self._ok = (

@@ -111,9 +111,12 @@ def _int(text: str) -> int | None:
     if not text or len(text) > _INT_DIGITS + 1:
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         return None
+    # A signed 64-bit integer, as Redis and SQL's BIGINT hold: a stream id's
+    # time can be larger (Redis keeps it unsigned), which no column holds.
+    return value if -(2**63) <= value < 2**63 else None
 
 
 def _text(value: Any) -> str:
@@ -262,7 +265,7 @@ def parse_entry(entry_id: Any, fields: Any) -> list[Parsed]:
     for name in _INTEGER_ORDER:
         value = decoded.get(name)
         # The common case skips int(): ASCII digits, not too many of them.
-        plain = value and value.isascii() and value.isdigit() and len(value) <= _INT_DIGITS
+        plain = value and value.isascii() and value.isdigit() and len(value) < _INT_DIGITS
         if value and not plain and _int(value) is None:
             return [MalformedEvent(stream_id, f"field {name!r} is not a whole number")]
     if kind.name == CLAIMED:

@@ -27,6 +27,9 @@ class RetryLater(RetryQueueError):
     """
 
     def __init__(self, kind: str, message: str = "") -> None:
+        if not isinstance(kind, str):
+            # Raised in the callback itself, where the mistake is.
+            raise TypeError(f"RetryLater(kind) takes a kind's name, got {kind!r}")
         super().__init__(message or f"retry later: {kind}")
         self.kind = kind
         self.message = message

@@ -134,7 +134,9 @@ class RetryQueueExtension:
             await maybe_deferred_to_future(self._ticking)
         await self.runtime.close()
         self.runtime.summary()
-        pending = 0 if self._counts is None else self._counts.due + self._counts.leased
+        pending = self.runtime.pending_at_close
+        if pending is None:
+            pending = 0 if self._counts is None else self._counts.due + self._counts.leased
         self.runtime.left_behind(pending, reason)
 
     # -- polling -------------------------------------------------------------
@@ -194,6 +196,8 @@ class RetryQueueExtension:
     def _after_poll(self, result: PollResult | bool | None, writes_seen: int) -> None:
         if not isinstance(result, PollResult):
             return  # a spool replay, or a failed poll (already reported)
+        if self._counts is None:
+            self._say_if_a_resume_may_parse_twice(result.claimed)
         self._counts = result.claimed
         self._counts_writes = writes_seen
         if self._fleet_idle_since is not None or self._may_close_now(result):
@@ -205,6 +209,28 @@ class RetryQueueExtension:
             return  # claimed while the spider closes: held only to be released
         for task_id, raw in result.claimed.tasks:
             self._reinject(task_id, raw, result.token)
+
+    def _say_if_a_resume_may_parse_twice(self, found: Claimed) -> None:
+        """At the first poll: retries left by an earlier crawl (or another node), with
+        nothing that remembers which requests that crawl made, is one WARNING line.
+
+        A spider that starts from its start URLs again then requests afresh the pages
+        whose retries it resumes, and parses each twice. Scrapy's JOBDIR (its
+        dupefilter persisted) or a shared dupefilter (scrapy-redis) filters the fresh
+        request out; a re-injected retry passes (dont_filter) and is parsed once.
+        """
+        pending = found.due + found.leased
+        settings = self.crawler.settings
+        if not pending or settings.get("JOBDIR"):
+            return
+        if "scrapy_redis" in str(settings.get("DUPEFILTER_CLASS") or ""):
+            return
+        logger.warning(
+            "scrapy-retryqueue: this crawl resumes %d pending retries without JOBDIR or a "
+            "shared dupefilter: if the spider requests its start URLs again, a page whose "
+            "retry is pending is parsed twice (set JOBDIR; docs/guarantees.md)",
+            pending,
+        )
 
     def _reinject(self, task_id: str, raw: str | bytes, token: str) -> None:
         if self._closing:

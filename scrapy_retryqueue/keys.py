@@ -1,11 +1,17 @@
 """Redis key names and lease tokens: the only place they are spelled and parsed.
 
 Every key of one spider shares the hash tag ``{spider}``, so a Lua script that
-touches several of them runs in one Redis Cluster slot.
+touches several of them runs in one Redis Cluster slot. A project's namespace
+(RETRYQUEUE_NAMESPACE, else its BOT_NAME) stands before the hash tag,
+``retryqueue:<project>:{<spider>}:<name>``, so that two projects with a spider
+of the same name never meet; an empty one is the layout from before namespaces,
+``retryqueue:{<spider>}:<name>``. Both layouts of a spider share its slot, so one
+script can move a queue from the one to the other.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +22,8 @@ PREFIX = "retryqueue"
 #: Hex digits of a lease prefix's random part: two processes with one node id
 #: (a restarted node) never hold the same token.
 _LEASE_NONCE_DIGITS = 12
+#: What a project namespace may hold: no ':', no braces, nothing a SCAN pattern reads.
+PROJECT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,27 +61,52 @@ class Keys:
     probes: str
     #: HASH node id -> "<heartbeat ms> <last busy ms>": the nodes crawling the spider
     nodes: str
+    #: HASH "<kind> <domain>" -> learned recovery record (recovery.py): how long
+    #: the domain's outages of that kind lasted, as weighted survival bins
+    recovery: str
+    #: The project's namespace; "" for the layout from before namespaces.
+    project: str = ""
 
     @property
     def namespace(self) -> str:
-        """``retryqueue:{<spider>}``, what every key of this spider starts with."""
-        return _namespace(self.spider)
+        """``retryqueue:<project>:{<spider>}``, what every key of this spider starts with."""
+        return _namespace(self.spider, self.project)
 
 
 def _usable(spider: str) -> bool:
     return bool(spider) and "{" not in spider and "}" not in spider
 
 
-def _namespace(spider: str) -> str:
+def usable_project(project: str) -> bool:
+    """Whether *project* can be a namespace ("" is the layout without one)."""
+    return project == "" or PROJECT_PATTERN.fullmatch(project) is not None
+
+
+def project_name(name: str) -> str:
+    """A namespace made of a name that may hold anything (a BOT_NAME): the characters
+    a namespace cannot hold become ``_``; "" stays "" (no namespace)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+
+
+def _namespace(spider: str, project: str = "") -> str:
+    if project:
+        return f"{PREFIX}:{project}:{{{spider}}}"
     return f"{PREFIX}:{{{spider}}}"
 
 
-def keys_for(spider: str) -> Keys:
-    """The keys of one spider's namespace: ``retryqueue:{<spider>}:<name>``."""
+def keys_for(spider: str, project: str = "") -> Keys:
+    """The keys of one spider's namespace: ``retryqueue:<project>:{<spider>}:<name>``,
+    or ``retryqueue:{<spider>}:<name>`` with no project."""
     if not _usable(spider):
         raise ValueError(f"spider name {spider!r} cannot be used in a Redis hash tag")
-    base = _namespace(spider)
+    if not usable_project(project):
+        raise ValueError(
+            f"namespace {project!r} must be 1-64 letters, digits, '_', '.' or '-' "
+            "(RETRYQUEUE_NAMESPACE)"
+        )
+    base = _namespace(spider, project)
     return Keys(
+        project=project,
         spider=spider,
         due=f"{base}:due",
         leased=f"{base}:leased",
@@ -90,6 +123,7 @@ def keys_for(spider: str) -> Keys:
         bursts=f"{base}:bursts",
         probes=f"{base}:probes",
         nodes=f"{base}:nodes",
+        recovery=f"{base}:recovery",
     )
 
 
@@ -110,25 +144,49 @@ def all_keys(keys: Keys) -> list[str]:
         keys.bursts,
         keys.probes,
         keys.nodes,
+        keys.recovery,
     ]
 
 
-def scan_pattern(key: str | None = None) -> str:
+def scan_pattern(key: str | None = None, project: str | None = None) -> str:
     """A SCAN pattern matching one key of every spider (*key* names a :class:`Keys`
-    field, e.g. ``"events"``), or every key of every spider."""
-    if key is None:
-        return f"{_namespace('*')}:*"
-    if key == "spider" or key not in Keys.__slots__:
+    field, e.g. ``"events"``), or every key of every spider: of one *project*
+    ("" for the layout without a namespace), or of every project when None."""
+    if key is not None and (key in ("spider", "project") or key not in Keys.__slots__):
         raise ValueError(f"{key!r} is not a key of a spider's namespace")
-    return str(getattr(keys_for("*"), key))
+    if project is None:
+        base = f"{PREFIX}:*{{*}}"
+    else:
+        if not usable_project(project):
+            raise ValueError(f"namespace {project!r} cannot be used in a key")
+        base = _namespace("*", project)
+    if key is None:
+        return f"{base}:*"
+    return f"{base}:{getattr(keys_for('x'), key).rpartition(':')[2]}"
 
 
-def spider_of(key: str | bytes) -> str | None:
-    """The spider whose namespace *key* is in; None for a key not of this package."""
+def queue_of(key: str | bytes) -> tuple[str, str] | None:
+    """(project, spider) of the namespace *key* is in; None for a key not of this package."""
     head, _, _ = as_text(key).rpartition(":")
-    start = f"{PREFIX}:{{"
-    spider = head[len(start) : -1] if head.startswith(start) and head.endswith("}") else ""
-    return spider if _usable(spider) else None
+    start = f"{PREFIX}:"
+    if not head.startswith(start) or not head.endswith("}"):
+        return None
+    rest, project = head[len(start) :], ""
+    if not rest.startswith("{"):
+        project, sep, rest = rest.partition(":")
+        if not sep or not project or not usable_project(project) or not rest.startswith("{"):
+            return None
+    spider = rest[1:-1]
+    return (project, spider) if _usable(spider) else None
+
+
+def spider_of(key: str | bytes, project: str | None = None) -> str | None:
+    """The spider whose namespace *key* is in (of *project* when given: "" for the
+    layout without a namespace); None for a key not of this package, or of another project."""
+    found = queue_of(key)
+    if found is None or (project is not None and found[0] != project):
+        return None
+    return found[1]
 
 
 def lease_prefix(node_id: str) -> str:

@@ -140,7 +140,9 @@ BUILTIN_BY_NAME: dict[str, Kind] = {kind.name: kind for kind in BUILTIN}
 TRAITS = ("breaker", "burst", "download", "dead_log_level", "cooldown_probe")
 #: What a project's kind may be called: it ends up in stat names, log lines,
 #: command-line filters and metric labels.
-NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
+#: Longest kind name: the store's kind columns hold 32 characters.
+NAME_MAX = 32
+NAME_PATTERN = re.compile(rf"[a-z][a-z0-9_]{{0,{NAME_MAX - 1}}}")
 _KINDS_SETTING = "RETRYQUEUE_KINDS"
 
 

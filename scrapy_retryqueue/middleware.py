@@ -7,8 +7,13 @@ back when it is due. The request's errback receives a
 attempt, and the real failure once the request is given up.
 
 Requests with ``callback=NO_CALLBACK`` (robots.txt, media pipeline downloads)
-are left alone: their caller awaits the download itself, so they cannot be
-parked and re-injected later.
+are not parked: their caller awaits the download itself, so they cannot be
+re-injected later. Scrapy's own RetryMiddleware, which the add-on removed for
+everyone, retries them here as it would have (RETRY_TIMES, RETRY_HTTP_CODES).
+
+With Scrapy's HTTP cache on, a failure status answered from the cache (cached
+before the add-on kept failures out of the cache: addon.py) is asked of
+the site again at once, past the cache, before it counts as an attempt.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.python.failure import Failure
 
 from .classify import classify_exception, classify_status
+from .defaults import SCRAPY_META_DONT_CACHE
 from .exceptions import DomainCoolingDown, RequestParked
 from .runtime import Parking, RetryQueueRuntime, runtime_for
 
@@ -46,8 +52,11 @@ CANCELLED: tuple[type[BaseException], ...] = tuple(
 
 
 class RetryQueueMiddleware:
-    def __init__(self, runtime: RetryQueueRuntime) -> None:
+    def __init__(self, runtime: RetryQueueRuntime, stock: Any = None) -> None:
         self.runtime = runtime
+        #: Scrapy's RetryMiddleware, for the requests that cannot be parked; None
+        #: when RETRY_ENABLED is False (stock would not retry them either).
+        self.stock = stock
         self.config = runtime.config
         #: The cooling domains (a read-only view the runtime keeps current): empty
         #: in a healthy crawl, so process_request costs one truth test.
@@ -56,7 +65,16 @@ class RetryQueueMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueMiddleware:
-        return cls(runtime_for(crawler))
+        from scrapy.downloadermiddlewares.retry import RetryMiddleware
+        from scrapy.exceptions import NotConfigured
+        from scrapy.utils.misc import build_from_crawler
+
+        runtime = runtime_for(crawler)
+        try:
+            stock = build_from_crawler(RetryMiddleware, crawler)
+        except NotConfigured:
+            stock = None
+        return cls(runtime, stock)
 
     def _take_back_queued(self) -> None:
         """Take the requests of cooling domains back out of Scrapy's download queue.
@@ -104,8 +122,12 @@ class RetryQueueMiddleware:
     async def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Request | Response:
-        if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
+        if request.meta.get("dont_retry", False):
             return response
+        if request.callback is NO_CALLBACK:
+            if self.stock is None:
+                return response
+            return self.stock.process_response(request, response)
         failure = classify_status(
             response.status,
             response.headers.get(b"Retry-After"),
@@ -115,6 +137,13 @@ class RetryQueueMiddleware:
         if failure is None:
             self.runtime.download_succeeded(request)
             return response
+        if "cached" in response.flags and not request.meta.get(SCRAPY_META_DONT_CACHE):
+            # The cache's word, not the site's: ask the site, as if the cache
+            # had not had it, before any attempt is counted.
+            self.runtime.count("retryqueue/cache_bypassed")
+            return request.replace(
+                dont_filter=True, meta={**request.meta, SCRAPY_META_DONT_CACHE: True}
+            )
         await self._park(self.runtime.download_failed(request, failure))
         return response
 
@@ -126,8 +155,12 @@ class RetryQueueMiddleware:
             if not isinstance(exception, RequestParked):
                 self.runtime.ack(request, ignored=True)
             return None
-        if request.meta.get("dont_retry", False) or request.callback is NO_CALLBACK:
+        if request.meta.get("dont_retry", False):
             return None
+        if request.callback is NO_CALLBACK:
+            if self.stock is None:
+                return None
+            return self.stock.process_exception(request, exception)
         if isinstance(exception, DomainCoolingDown):
             return await self._defer_held(request)
         if isinstance(exception, CANCELLED):

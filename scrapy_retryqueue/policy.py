@@ -198,10 +198,10 @@ class PolicyTable:
             rand=rand,
             url=url,
         )
-        delay = self.bounded(self._strategy_delay(ctx, on_error), policy, failure.retry_after)
-        return Decision(
-            kind, True, delay, done + 1, f"{kind}: retry {done + 1} of {policy.max_retries}"
-        )
+        why: list[str] = []
+        delay = self.bounded(self._strategy_delay(ctx, on_error, why), policy, failure.retry_after)
+        reason = f"{kind}: retry {done + 1} of {policy.max_retries}"
+        return Decision(kind, True, delay, done + 1, "; ".join([reason, *why]))
 
     def bounded(self, delay: float, policy: Policy, retry_after: float | None) -> float:
         """A valid delay within the policy's bounds: at most its max_delay, and at least
@@ -211,17 +211,26 @@ class PolicyTable:
             delay = max(delay, min(retry_after, self.retry_after_max))
         return delay
 
-    def _strategy_delay(self, ctx: BackoffContext, on_error: Callable[[str], None] | None) -> float:
+    def _strategy_delay(
+        self, ctx: BackoffContext, on_error: Callable[[str], None] | None, why: list[str]
+    ) -> float:
+        """The strategy's delay; a strategy with ``delay_and_reason(ctx)`` also says why
+        (appended to *why*: the decision's reason, in the DEBUG line and the audit log)."""
         strategy = self.backoff
         try:
-            value = strategy.delay(ctx)
+            explain = getattr(strategy, "delay_and_reason", None)
+            if explain is not None:
+                value, reason = explain(ctx)
+                why.append(str(reason))
+            else:
+                value = strategy.delay(ctx)
         except Exception as exc:
             problem = f"raised {type(exc).__name__}: {exc}"
         else:
             try:
                 return checked_delay(value, max_delay=ctx.policy.max_delay)
-            except ValueError:
-                problem = f"returned {value!r}, not a finite number of seconds >= 0"
+            except (ValueError, OverflowError):  # 10**400 does not fit a float
+                problem = f"returned {_short(value)}, not a finite number of seconds >= 0"
         # A broken strategy must neither stop the crawl nor lose the request.
         message = (
             f"RETRYQUEUE_BACKOFF {_name_of(strategy)}.delay() {problem} for a {ctx.kind} "
@@ -245,3 +254,9 @@ class PolicyTable:
                 )
             self.policies[kind].merged(overrides, where=f"{where}[{kind!r}]")
         return value
+
+
+def _short(value: Any) -> str:
+    """A strategy's return value for a log line, however large it is."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 4000 else "a huge int"
+    return text if len(text) <= 80 else text[:77] + "..."

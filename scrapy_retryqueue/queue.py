@@ -24,11 +24,14 @@ from .defaults import (
     DEAD_LETTERS_LIMIT,
     ENVELOPE_VERSION,
     EVENTS_MAXLEN,
+    LEARNED_HALF_LIFE,
+    LEARNED_MAX_RECORDS,
     PROBE_RECHECK_MS,
     QUEUE_BATCH,
 )
 from .envelope import Task
-from .keys import Keys, keys_for
+from .keys import Keys, all_keys, keys_for
+from .recovery import field_name, observation
 from .taskinfo import host_of, taskinfo_value
 from .values import as_text
 
@@ -44,6 +47,7 @@ SCRIPT_NAMES = (
     "unclaim",
     "retry_now",
     "cancel",
+    "adopt",
 )
 
 
@@ -73,6 +77,11 @@ class Write:
     created: int | None = None
     #: The request's host (:func:`~.taskinfo.host_of`): taskinfo, an ack's domain.
     host: str = ""
+    #: The kind whose recovery record this outcome updates (ack, reschedule,
+    #: deadletter of a task); "" when it teaches nothing (recovery.py).
+    learn: str = ""
+    #: Ms from the task's first failure to its previous one: the bins it reached then.
+    prior: int | None = None
 
     @classmethod
     def for_task(cls, op: str, task: Task, token: str | None, now: int) -> Write:
@@ -177,14 +186,28 @@ class RedisDelayedQueue:
         *,
         node_id: str,
         events_maxlen: int = EVENTS_MAXLEN,
+        learned_half_life: float = LEARNED_HALF_LIFE,
+        learned_max_records: int = LEARNED_MAX_RECORDS,
+        project: str = "",
     ) -> None:
         self.client = client
-        self.keys: Keys = keys_for(spider)
+        self.keys: Keys = keys_for(spider, project)
         self.node_id = node_id
         self.events_maxlen = events_maxlen
+        self.learned_half_life_ms = int(learned_half_life * 1000)
+        self.learned_max_records = learned_max_records
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
+
+    def adopt_unnamespaced(self) -> int:
+        """Move the spider's queue from the layout without a namespace into the
+        project's, when only the former exists: the keys moved (0: none to adopt;
+        -1: there is one, but the project's queue exists, so it stays where it is)."""
+        if not self.keys.project:
+            return 0
+        old, new = all_keys(keys_for(self.keys.spider)), all_keys(self.keys)
+        return int(self._run("adopt", [*old, *new], [len(old)]))
 
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self._scripts[name](keys=keys, args=args)
@@ -217,20 +240,39 @@ class RedisDelayedQueue:
             for w in chunk:
                 args += [wire_id(w.task_id), w.token, w.envelope, w.due, w.now, w.kind]
                 args += [w.attempt, w.url, taskinfo_value(w.created, w.host, w.url)]
-            return [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo], args
+                args += self._learning(w, recovered=False)
+            keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo]
+            return [*keys, k.recovery], args
         if op == "ack":
             for w in chunk:
                 # The outcome learned from: how long the task took to recover, where.
                 created = w.created
                 wait = max(0, w.now - created) if isinstance(created, int) and created > 0 else ""
                 args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url, wait, w.host]
-            return [k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo], args
+                args += self._learning(w, recovered=True)
+            return [k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo, k.recovery], args
         if op == "deadletter":
             for w in chunk:
                 args += [wire_id(w.task_id), w.token or "", w.envelope, w.now, w.kind, w.url]
+                args += self._learning(w, recovered=False)
             keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events]
-            return [*keys, k.taskinfo, k.deadkinds], args
+            return [*keys, k.taskinfo, k.deadkinds, k.recovery], args
         raise ValueError(f"unknown queue write {op!r}")
+
+    def _learning(self, w: Write, *, recovered: bool) -> list[Any]:
+        """The learning update's ARGV for one outcome: how long the task's outage has
+        lasted so far, as the bins it newly reached (recovery.py); none without a
+        kind to learn, a host or a known first failure."""
+        created = w.created
+        if not w.learn or not w.host or not isinstance(created, int) or created <= 0:
+            return ["", 0, -1, 0, 0, 0]
+        first, last = observation(w.prior, w.now - created, recovered)
+        field = field_name(w.learn, w.host)
+        return [field, first, last, 1 if recovered else 0, *self._learning_limits]
+
+    @property
+    def _learning_limits(self) -> tuple[int, int]:
+        return self.learned_half_life_ms, self.learned_max_records
 
     def schedule(self, task: Task, *, now: int) -> bool:
         """Park a new task due at ``task.due``; False when one with its id is live."""
@@ -248,9 +290,17 @@ class RedisDelayedQueue:
         kind: str = "",
         url: str = "",
         created: int | None = None,
+        learn: str = "",
+        prior: int | None = None,
     ) -> bool:
         write = Write(
-            "ack", task_id, now, token, kind=kind, url=url, created=created, host=host_of(url)
+            *("ack", task_id, now, token),
+            kind=kind,
+            url=url,
+            created=created,
+            host=host_of(url),
+            learn=learn,
+            prior=prior,
         )
         return self.apply([write])[0]
 
@@ -410,13 +460,22 @@ class RedisDelayedQueue:
             results += [bool(x) for x in self._run("cancel", keys, args)]
         return results
 
-    def heartbeat(self, *, now: int, last_busy: int) -> dict[str, tuple[int, int]]:
+    def heartbeat(
+        self, *, now: int, last_busy: int, learned: list[Any] | None = None
+    ) -> dict[str, tuple[int, int]]:
         """Say this node is crawling (and when it last had work); return every node's
-        ``(heartbeat ms, last busy ms)``, this one included. One round trip."""
+        ``(heartbeat ms, last busy ms)``, this one included. One round trip.
+
+        With *learned* (a list), the learned recovery records are read in the same
+        round trip and appended to it as one mapping (field -> raw record)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(self.keys.nodes, self.node_id, f"{now} {last_busy}")
         pipe.hgetall(self.keys.nodes)
-        _, raw = pipe.execute()
+        if learned is not None:
+            pipe.hgetall(self.keys.recovery)
+        _, raw, *rest = pipe.execute()
+        if learned is not None:
+            learned.append(rest[0])
         nodes: dict[str, tuple[int, int]] = {}
         for node, value in raw.items():
             try:

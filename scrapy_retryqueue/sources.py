@@ -40,6 +40,9 @@ class Sources:
         self.directory: Path = embedded_dir(self.config.embedded_dir)
         self._store: Store | None = None
         self._redis: Any = None
+        #: True while this process holds the embedded server (embedded.hold): a
+        #: command or the dashboard stops it on close when no crawl uses it.
+        self._held = False
         self._lock = threading.Lock()
 
     @property
@@ -77,6 +80,9 @@ class Sources:
                 url = self.config.redis_url
                 if url is None and not start_embedded and not embedded.is_running(self.directory):
                     return None
+                if url is None and not self._held:
+                    embedded.hold(self.directory, keep=self.config.embedded_keep)
+                    self._held = True
                 client, url = client_for(self.config, embedded_directory=self.directory)
                 try:
                     client.ping()
@@ -97,3 +103,6 @@ class Sources:
             if self._redis is not None:
                 self._redis.close()
                 self._redis = None
+            if self._held:
+                self._held = False
+                embedded.let_go(self.directory, keep=self.config.embedded_keep)

@@ -1,4 +1,4 @@
-"""Spider middleware: an exception raised by a callback becomes a parse failure.
+"""Spider middleware: an exception raised by a callback becomes a failure of its kind.
 
 A parse failure that will be retried is swallowed (the callback runs again on
 the re-fetched page later), but still counted in ``spider_exceptions/*`` and

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import IO
 
 from .exceptions import RetryQueueError
+from .files import open_private, private_dir
 from .queue import Write
+from .taskinfo import host_of
 
 
 def _to_line(write: Write) -> str:
@@ -62,7 +64,9 @@ def _from_line(line: str) -> Write:
         int(attempt),
         url,
         created if isinstance(created, int) else None,
-        host if isinstance(host, str) else "",
+        # An older line's host is its URL's: the replayed task is held while its
+        # domain cools, as one parked now would be.
+        host if isinstance(host, str) and host else host_of(url or ""),
     )
 
 
@@ -119,10 +123,12 @@ class Spool:
 
     def open(self) -> list[Write]:
         """Lock this process's file; return the writes of dead crawls' files."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        for directory in (self.root, self.directory.parent, self.directory):
+            private_dir(directory)
         label = self.directory.parent / QUEUE_LABEL
         if not label.exists():
-            label.write_text(self.queue + "\n", encoding="utf-8")
+            with open_private(label, "w") as handle:
+                handle.write(self.queue + "\n")
         self._file = self._lock_own_file()
         adopted: list[Write] = []
         for other in sorted(self.directory.glob("*.jsonl")):
@@ -146,7 +152,7 @@ class Spool:
         for serial in range(1, 1000):
             if serial > 1:
                 self.path = self.directory / f"{stem}-{serial}.jsonl"
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until close
+            handle = open_private(self.path, "a+")  # held until close
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -156,7 +162,7 @@ class Spool:
         raise SpoolFull(f"no spool file of {self.directory} can be locked")
 
     def _adopt(self, path: Path) -> list[Write]:
-        with open(path, "r+", encoding="utf-8") as handle:
+        with open_private(path, "r+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

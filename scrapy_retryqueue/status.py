@@ -43,6 +43,8 @@ class Status:
     #: The spiders asked for that have nothing in Redis or in the store, in the
     #: order asked (a spider never crawled, or a wrong name).
     missing: list[str] = field(default_factory=list)
+    #: The namespace of the spiders' keys (Config.namespace).
+    project: str = ""
 
 
 def local_midnight() -> datetime:
@@ -56,6 +58,7 @@ def collect(
     spiders: Sequence[str] = (),
     *,
     top: int = 5,
+    project: str = "",
 ) -> Status:
     """Both sides for every spider found, or for *spiders*.
 
@@ -81,10 +84,12 @@ def collect(
             )
     except RetryQueueError as exc:
         notes.append(str(exc))
-    names = (view.spiders(client) if client is not None else set()) | set(history or {})
+    names = (view.spiders(client, project) if client is not None else set()) | set(history or {})
     if spiders:
-        names = {name for name in spiders if name in names or view.has_keys(client, name)}
+        names = {name for name in spiders if name in names or view.has_keys(client, name, project)}
     found = sorted(names)
     missing = [name for name in dict.fromkeys(spiders) if name not in names]
-    live = {} if client is None else {name: view.counts(client, name, now) for name in found}
-    return Status(found, client, live, history, notes, now, missing)
+    live = (
+        {} if client is None else {name: view.counts(client, name, now, project) for name in found}
+    )
+    return Status(found, client, live, history, notes, now, missing, project)

@@ -25,6 +25,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
+from . import embedded
 from .config import Config, config_for
 from .connection import client_for, embedded_dir
 from .defaults import STORE_FINAL_FLUSH_MAX
@@ -35,6 +36,8 @@ from .startup import mark_logged
 from .store.config import StoreConfig, load_store_config
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
@@ -68,6 +71,8 @@ class RetryQueueStoreExtension:
         #: time.monotonic() by which the closing writes end (RETRYQUEUE_STORE_CLOSE_TIMEOUT).
         self._close_deadline: float | None = None
         self._thread: threading.Thread | None = None
+        #: The embedded server's directory while the writer holds it (embedded.hold).
+        self._held_server: Path | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
@@ -95,9 +100,12 @@ class RetryQueueStoreExtension:
 
     def _open_redis(self) -> Any:
         # In the writer's thread: it may start the embedded server (blocking).
-        client, _ = client_for(
-            self.config, embedded_directory=embedded_dir(self.config.embedded_dir)
-        )
+        directory = embedded_dir(self.config.embedded_dir)
+        if self.config.redis_url is None and self._held_server is None:
+            # The final flush still reads it after the queue let go of it.
+            embedded.hold(directory, keep=self.config.embedded_keep)
+            self._held_server = directory
+        client, _ = client_for(self.config, embedded_directory=directory)
         return client
 
     def make_service(self, spider_name: str) -> WriterService:
@@ -112,6 +120,7 @@ class RetryQueueStoreExtension:
             consumer=self.config.node_id,
             spiders=[spider_name],
             counters=Counters(forward=self.stats.inc_value),
+            project=self.config.namespace,
         )
         return self.service
 
@@ -187,3 +196,6 @@ class RetryQueueStoreExtension:
                 self.spider_name,
             )
         self.service.close()
+        if self._held_server is not None:
+            directory, self._held_server = self._held_server, None
+            embedded.let_go(directory, keep=self.config.embedded_keep)

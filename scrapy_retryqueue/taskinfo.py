@@ -11,25 +11,21 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import re
-
-#: scheme://authority, as claim.lua's host_of read it before this module.
-_AUTHORITY = re.compile(r"[A-Za-z0-9+.-]+://([^/?#]*)")
-_BRACKETED = re.compile(r"\[([^\]]*)\]")
+from urllib.parse import urlsplit
 
 
 def host_of(url: str) -> str:
-    """The host of *url* as the cooldowns name domains: lower case, without the
-    userinfo and the port, an IPv6 address without its brackets; ``""`` when
-    *url* has no authority (or a host with whitespace, which no domain has)."""
-    match = _AUTHORITY.match(url) if isinstance(url, str) else None
-    if match is None:
+    """The host of *url* as the cooldowns name domains: what Scrapy's
+    ``urlparse_cached(request).hostname`` gives for it (the breaker's name of a
+    domain), so the claim holds exactly the tasks of a cooling domain; ``""``
+    when *url* has none (or a host with whitespace, which no domain has)."""
+    try:
+        host = urlsplit(url).hostname if isinstance(url, str) else None
+    except ValueError:  # an unclosed IPv6 bracket
         return ""
-    authority = match.group(1).rpartition("@")[2]
-    bracketed = _BRACKETED.match(authority)
-    host = bracketed.group(1) if bracketed else authority.partition(":")[0]
-    host = host.lower()
-    return "" if any(c.isspace() for c in host) else host
+    if not host or any(c.isspace() for c in host):
+        return ""
+    return host
 
 
 def taskinfo_value(created: int | None, host: str, url: str) -> str:

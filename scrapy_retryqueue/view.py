@@ -23,29 +23,33 @@ from .values import as_text
 _PAGE = 5000
 
 
-def spiders(client: Any) -> set[str]:
-    """The spiders that have any key in Redis."""
-    return _spiders_matching(client, scan_pattern())
+# Every reader takes the project's namespace (Config.namespace; "" for keys
+# without one): two projects' spiders of one name are two queues.
 
 
-def spiders_with_events(client: Any) -> set[str]:
-    """The spiders that have an events stream in Redis."""
-    return _spiders_matching(client, scan_pattern("events"))
+def spiders(client: Any, project: str = "") -> set[str]:
+    """The spiders of *project* that have any key in Redis."""
+    return _spiders_matching(client, scan_pattern(project=project), project)
 
 
-def _spiders_matching(client: Any, pattern: str) -> set[str]:
+def spiders_with_events(client: Any, project: str = "") -> set[str]:
+    """The spiders of *project* that have an events stream in Redis."""
+    return _spiders_matching(client, scan_pattern("events", project), project)
+
+
+def _spiders_matching(client: Any, pattern: str, project: str) -> set[str]:
     found = set()
     for key in client.scan_iter(match=pattern, count=1000):
-        spider = spider_of(key)
+        spider = spider_of(key, project)
         if spider is not None:
             found.add(spider)
     return found
 
 
-def has_keys(client: Any, spider: str) -> bool:
+def has_keys(client: Any, spider: str, project: str = "") -> bool:
     if client is None:
         return False
-    return bool(client.exists(*all_keys(keys_for(spider))))
+    return bool(client.exists(*all_keys(keys_for(spider, project))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +68,8 @@ class QueueCounts:
     cooling: list[dict[str, Any]] = field(default_factory=list)
 
 
-def counts(client: Any, spider: str, now_ms: int) -> QueueCounts:
-    k = keys_for(spider)
+def counts(client: Any, spider: str, now_ms: int, project: str = "") -> QueueCounts:
+    k = keys_for(spider, project)
     pipe = client.pipeline(transaction=False)
     pipe.zcard(k.due)
     pipe.zcount(k.due, "-inf", now_ms)
@@ -116,9 +120,10 @@ def _cooling(cooling: list[tuple[Any, float]], states: dict[Any, Any]) -> list[d
     return out
 
 
-def lease_holders(client: Any, spider: str) -> Counter[str]:
+def lease_holders(client: Any, spider: str, project: str = "") -> Counter[str]:
     """Leased tasks per node id."""
-    return Counter(lease_owner(token) for token in client.hvals(keys_for(spider).owners))
+    owners = keys_for(spider, project).owners
+    return Counter(lease_owner(token) for token in client.hvals(owners))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +137,8 @@ class TaskPlace:
     dead_in_redis: bool
 
 
-def task_place(client: Any, spider: str, task_id: str) -> TaskPlace:
-    k = keys_for(spider)
+def task_place(client: Any, spider: str, task_id: str, project: str = "") -> TaskPlace:
+    k = keys_for(spider, project)
     pipe = client.pipeline(transaction=False)
     pipe.zscore(k.due, task_id)
     pipe.zscore(k.leased, task_id)
@@ -149,12 +154,12 @@ def task_place(client: Any, spider: str, task_id: str) -> TaskPlace:
 
 
 def event_types_since(
-    client: Any, spider: str, since_ms: int, *, limit: int
+    client: Any, spider: str, since_ms: int, *, limit: int, project: str = ""
 ) -> tuple[list[tuple[int, str]], bool]:
     """(time in ms, type) of the spider's events from *since_ms* on, oldest first, at
     most about *limit* of them; and whether *limit* cut the list short. An entry
     of no known type has the type ``""``."""
-    key = keys_for(spider).events
+    key = keys_for(spider, project).events
     out: list[tuple[int, str]] = []
     cursor = f"{since_ms}-0"
     read = 0
@@ -171,11 +176,13 @@ def event_types_since(
     return out, True
 
 
-def task_events(client: Any, spider: str, task_id: str, *, scan: int) -> list[tuple[int, Event]]:
+def task_events(
+    client: Any, spider: str, task_id: str, *, scan: int, project: str = ""
+) -> list[tuple[int, Event]]:
     """(time in ms, event) of one task's events among the newest *scan* of its
     spider, oldest first (a claim's entry lists several tasks: its event for
     this one). Entries that are no event this version reads are left out."""
-    key = keys_for(spider).events
+    key = keys_for(spider, project).events
     out: list[tuple[int, Event]] = []
     cursor = "+"
     scanned = 0

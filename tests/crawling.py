@@ -26,7 +26,16 @@ __all__ = ["Crawl", "Site", "crawl", "flaky_site", "read_crawl", "start_crawl", 
 def crawl_command(
     site_url: str, spider: str, settings: dict[str, Any], out: Path, *args: str
 ) -> list[str]:
-    """``scrapy crawl flaky`` of the example project, its items in *out*, its log beside."""
+    """``scrapy crawl flaky`` of the example project, its items in *out*, its log beside.
+
+    Its keys have no namespace unless *settings* name one (the project's BOT_NAME
+    would give them ``demo``): the tests read them as ``keys_for(spider)``, and
+    tests/test_namespaces.py crawls with the default namespace (RETRYQUEUE_NAMESPACE
+    None: not set at all).
+    """
+    settings = {"RETRYQUEUE_NAMESPACE": "", **settings}
+    if settings["RETRYQUEUE_NAMESPACE"] is None:
+        del settings["RETRYQUEUE_NAMESPACE"]
     command = [sys.executable, "-m", "scrapy.cmdline", "crawl", "flaky"]
     command += ["-a", f"site={site_url}", "-a", f"name={spider}", *args]
     command += ["-O", str(out), "-s", f"LOG_FILE={out.with_suffix('.log')}"]

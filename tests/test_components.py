@@ -223,6 +223,21 @@ def test_a_disabled_addon_leaves_scrapys_retry_middleware(tmp_path: Path) -> Non
     assert RetryQueueExtension not in [type(ext) for ext in crawler.extensions.middlewares]
 
 
+def test_the_addon_keeps_retried_statuses_out_of_the_http_cache(tmp_path: Path) -> None:
+    crawler = get_crawler(
+        ComponentSpider,
+        _settings(
+            tmp_path, ADDONS={Addon: 0}, HTTPCACHE_IGNORE_HTTP_CODES=[301], RETRY_HTTP_CODES=[418]
+        ),
+    )
+    codes = crawler.settings.getlist("HTTPCACHE_IGNORE_HTTP_CODES")
+    # The project's own stays; what a retry follows is added (418: the project's RETRY_HTTP_CODES).
+    assert codes[0] == 301
+    assert {429, 500, 503, 418} <= set(codes)
+    # What is not retried may be cached, as before.
+    assert 404 not in codes and 200 not in codes
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
@@ -260,6 +275,32 @@ def test_a_503_is_parked_as_a_server_error(
     assert envelope["request"]["url"] == PAGE
     assert envelope["attempts"] == {"server_error": 1}
     assert redis_client.zscore(keys.due, parked.value.task_id) is not None
+
+
+def test_only_the_projects_own_meta_travels_with_a_retry(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": LATER}, DOWNLOAD_TIMEOUT=30)
+    keys = keys_for(spider_name)
+    # As Scrapy's middlewares leave it: DownloadTimeoutMiddleware's default, a proxy
+    # HttpProxyMiddleware took from the environment (it marks it _scheme_proxy).
+    scrapys = Request(
+        PAGE,
+        meta={"download_timeout": 30.0, "proxy": "http://env-proxy:3128", "_scheme_proxy": True},
+    )
+    with pytest.raises(RequestParked) as parked:
+        running.response(scrapys, 503)
+    meta = _envelope(redis_client, keys.tasks, parked.value.task_id)["request"].get("meta", {})
+    assert "download_timeout" not in meta and "proxy" not in meta
+    # What the project set itself stays: its own timeout, its own proxy, its own keys.
+    own = Request(
+        PAGE + "?own",
+        meta={"download_timeout": 5, "proxy": "http://mine:8080", "depth": 2, "page": 7},
+    )
+    with pytest.raises(RequestParked) as parked:
+        running.response(own, 503)
+    meta = _envelope(redis_client, keys.tasks, parked.value.task_id)["request"]["meta"]
+    assert meta == {"download_timeout": 5, "proxy": "http://mine:8080", "depth": 2, "page": 7}
 
 
 def test_a_404_is_dead_lettered_and_the_response_goes_on(
@@ -319,6 +360,61 @@ def test_dont_retry_leaves_the_failure_alone(
     assert running.stat("retryqueue/dead") is None
 
 
+def test_robots_txt_and_media_downloads_get_stock_retries(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    from scrapy.http.request import NO_CALLBACK
+
+    running = open_components(RETRY_TIMES=2)
+    robots = Request("http://shop.test/robots.txt", callback=NO_CALLBACK)
+    # Not parked (its caller awaits the download): retried at once, as stock does.
+    again = running.response(robots, 503)
+    assert isinstance(again, Request) and again.url == robots.url
+    assert again.meta["retry_times"] == 1
+    again = running.exception(again, TwistedTimeoutError())
+    assert isinstance(again, Request) and again.meta["retry_times"] == 2
+    # RETRY_TIMES reached: the failure goes on, as stock gives it up.
+    answer = running.response(again, 503)
+    assert isinstance(answer, Response) and answer.status == 503
+    assert running.stat("retry/count") == 2
+    assert running.stat("retry/max_reached") == 1
+    # dont_retry: no retry, as with stock.
+    plain = Request("http://shop.test/image.png", callback=NO_CALLBACK, meta={"dont_retry": True})
+    assert running.response(plain, 503).status == 503
+    keys = keys_for(spider_name)
+    assert redis_client.hlen(keys.tasks) == redis_client.zcard(keys.dead) == 0
+
+
+def test_without_stock_retries_robots_txt_is_not_retried(
+    open_components: Callable[..., Running],
+) -> None:
+    from scrapy.http.request import NO_CALLBACK
+
+    running = open_components(RETRY_ENABLED=False)
+    robots = Request("http://shop.test/robots.txt", callback=NO_CALLBACK)
+    assert running.response(robots, 503).status == 503
+    assert running.exception(robots, TwistedTimeoutError()) is None
+
+
+def test_a_failure_answered_from_the_http_cache_is_asked_of_the_site(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": LATER})
+    request = Request(PAGE)
+    cached = Response(PAGE, status=503, request=request, flags=["cached"])
+    again = running.reactor.run(
+        running.middleware.process_response, request=request, response=cached
+    )
+    # At once, past the cache, and no attempt counted.
+    assert isinstance(again, Request) and again.url == PAGE
+    assert again.meta["dont_cache"] is True and again.dont_filter
+    assert running.stat("retryqueue/cache_bypassed") == 1
+    assert redis_client.hlen(keys_for(spider_name).tasks) == 0
+    # The site's own 503 is a failure as usual.
+    with pytest.raises(RequestParked):
+        running.response(again, 503)
+
+
 # -- the spider middleware ---------------------------------------------------------------
 
 
@@ -375,6 +471,7 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     (again,) = running.engine.crawled
     assert again.url == PAGE
     assert again.dont_filter  # the dupefilter saw this URL already
+    assert again.meta["dont_cache"] is True  # the HTTP cache would answer the failure again
     running.wait_stat("retryqueue/reinjected", 1)
     assert redis_client.zscore(keys.leased, parked.value.task_id) is not None
     # The retry succeeds: its task is done and leaves Redis.
@@ -394,6 +491,32 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     [succeeded] = [f for _, f in redis_client.xrange(keys.events) if f[b"type"] == b"succeeded"]
     assert succeeded[b"domain"] == b"shop.test"
     assert int(succeeded[b"wait"]) == signal["wait_ms"]
+
+
+@pytest.mark.parametrize("jobdir", [False, True], ids=["alone", "with JOBDIR"])
+def test_resuming_retries_without_jobdir_says_a_page_may_be_parsed_twice(
+    open_components: Callable[..., Running],
+    queue: Any,
+    make_task: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    jobdir: bool,
+) -> None:
+    import time
+
+    settings = {"JOBDIR": str(tmp_path / "job")} if jobdir else {}
+    warned = not jobdir
+    # A retry an earlier crawl left, due now: its re-injection shows the first poll ran.
+    now = int(time.time() * 1000)
+    queue.schedule(make_task("left", url=PAGE, due=now), now=now)
+    caplog.set_level(logging.INFO)
+    running = open_components(**settings)
+    wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
+    lines = [r.getMessage() for r in caplog.records if "parsed twice" in r.getMessage()]
+    if warned:
+        assert len(lines) == 1 and "resumes 1 pending retries without JOBDIR" in lines[0]
+    else:
+        assert not lines
 
 
 def _idle(running: Running) -> str:
@@ -455,6 +578,47 @@ def test_a_crawl_that_closes_with_retries_pending_says_why_and_what_is_left(
     assert f"retryqueue:{{{spider_name}}}:due" in last
     assert f"run the same crawl of spider '{spider_name}' again to resume them" in last
     assert "server_error" in caplog.text and "retries by kind" in caplog.text
+
+
+def test_the_count_left_at_close_is_what_redis_holds_after_the_last_write(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    # A long poll interval: the retries below are parked after the only poll.
+    running = open_components(
+        RETRYQUEUE_POLICIES={"server_error": LATER},
+        RETRYQUEUE_POLL_INTERVAL=600,
+        RETRYQUEUE_LEASE_TIME=1800,
+    )
+    for n in range(3):
+        with pytest.raises(RequestParked):
+            running.response(Request(f"{PAGE}?n={n}"), 503)
+    running.close("shutdown")
+    assert redis_client.zcard(keys_for(spider_name).due) == 3
+    assert running.stat("retryqueue/left/pending") == 3
+
+
+def test_no_directory_for_the_local_state_stops_the_crawl_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, redis_url: str
+) -> None:
+    from scrapy_retryqueue.startup import StartError
+
+    # With a configured Redis too: the spool needs the directory.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    caplog.set_level(logging.INFO)
+    with pytest.raises(StartError):
+        get_crawler(
+            ComponentSpider,
+            _settings(
+                tmp_path,
+                ADDONS={Addon: 0},
+                RETRYQUEUE_REDIS_URL=redis_url,
+                RETRYQUEUE_EMBEDDED_DIR=str(blocker / "state"),
+            ),
+        )
+    [error] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "the local state has no directory" in error
+    assert str(blocker / "state") in error and "RETRYQUEUE_EMBEDDED_DIR" in error
 
 
 def test_an_unreachable_redis_stops_the_crawl_at_start_naming_the_setting(

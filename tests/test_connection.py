@@ -257,6 +257,39 @@ def test_a_cluster_client_retries_nothing_behind_the_queue(
     client.close()
 
 
+def test_a_projects_queue_on_the_crawls_cluster_client_adopts_probes_and_unclaims(
+    redis_cluster_url: str, tmp_path: Path
+) -> None:
+    from scrapy_retryqueue.envelope import Task
+    from scrapy_retryqueue.keys import all_keys, keys_for
+
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_cluster_url,
+        "RETRYQUEUE_REDIS_CLUSTER": True,
+        "RETRYQUEUE_NAMESPACE": "proj",
+    }
+    config = load_config(Settings(settings))
+    client = client_of(settings, tmp_path)
+    spider = f"c{uuid4().hex[:8]}"
+    old = RedisDelayedQueue(client, spider, node_id="n")
+    queue = RedisDelayedQueue(client, spider, node_id="n", project=config.namespace)
+    try:
+        task = Task(
+            id="a", spider=spider, request={"url": "http://x.test/a"}, kind="timeout", node="n"
+        )
+        assert old.schedule(task, now=0)  # the layout before namespaces
+        # Scripts loaded on the slot's node only (SlotScript): both layouts share it.
+        assert queue.adopt_unnamespaced() > 0
+        queue.probe()  # reads the project's own key, on the slot's owner
+        assert [t for t, _ in queue.claim(now=0, limit=1, lease_until=10, token="n:1").tasks]
+        assert queue.unclaim(["n:1"], now=1) == ["a"]
+        assert queue.keys.due.startswith("retryqueue:proj:{")
+    finally:
+        client.delete(*all_keys(keys_for(spider)))
+        client.delete(*all_keys(queue.keys))
+        client.close()
+
+
 def test_a_cluster_is_found_through_another_listed_node_when_the_urls_is_down(
     redis_cluster_url: str, tmp_path: Path
 ) -> None:

@@ -44,3 +44,8 @@ def test_the_demo_runs_end_to_end_on_embedded_defaults(tmp_path: Path) -> None:
     assert parsed + dead == 100, out
     assert parsed == 85, out
     assert "sqlite:///" in out  # the dead letters went to the default SQLite store
+    # The embedded server stopped with the crawl and the summary: nothing left running.
+    assert not embedded.is_running(project / ".scrapy" / "retryqueue")
+    # The hints name a scrapy that runs from example_project/ (a virtualenv's is not on PATH).
+    hint = re.search(r"queue status:\s+cd example_project && (\S+) retryqueue status", out)[1]
+    assert hint == "scrapy" or Path(hint).is_absolute() or hint.startswith(".."), out

@@ -310,3 +310,102 @@ def test_command_bad_usage(
     assert "-h)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not embedded.is_running(server_dir)
+
+
+# -- the server runs while a crawl process holds it --------------------------------
+
+
+def _other_process_holds(directory: Path) -> int:
+    """A shared lock on the hold file through a descriptor of its own: to flock,
+    another crawl process using the server."""
+    import fcntl
+
+    fd = os.open(directory / embedded.HOLD_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def test_the_last_user_to_let_go_stops_the_server(server_dir: Path) -> None:
+    embedded.hold(server_dir)
+    embedded.ensure_server(server_dir)
+    pid = _pidfile(server_dir)
+    other = _other_process_holds(server_dir)
+    try:
+        # Another process still uses it: it stays.
+        assert embedded.let_go(server_dir) is False
+        assert embedded.is_running(server_dir)
+    finally:
+        os.close(other)
+    # Two users in one process (the queue and the store writer): the second stops it.
+    embedded.hold(server_dir)
+    embedded.hold(server_dir)
+    assert embedded.let_go(server_dir) is False
+    assert embedded.is_running(server_dir)
+    assert embedded.let_go(server_dir) is True
+    assert _wait_gone([pid]) == []
+    assert not embedded.is_running(server_dir)
+    # Letting go of what is not held does nothing.
+    assert embedded.let_go(server_dir) is False
+
+
+def test_a_kept_server_outlives_its_last_user(server_dir: Path) -> None:
+    embedded.hold(server_dir)
+    embedded.ensure_server(server_dir)
+    assert embedded.let_go(server_dir, keep=True) is False  # RETRYQUEUE_EMBEDDED_KEEP
+    assert embedded.is_running(server_dir)
+
+    # Started to be kept (scrapy retryqueue server start): no crawl stops it...
+    embedded.ensure_server(server_dir, keep=True)
+    embedded.hold(server_dir)
+    assert embedded.let_go(server_dir) is False
+    assert embedded.is_running(server_dir)
+    # ...until it is stopped by hand, which forgets that it was kept.
+    assert embedded.stop_server(server_dir) is True
+    assert not (server_dir / embedded.KEEP_NAME).exists()
+    embedded.hold(server_dir)
+    embedded.ensure_server(server_dir)
+    assert embedded.let_go(server_dir) is True
+
+
+def test_without_scrapy_cfg_the_state_goes_to_a_per_user_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As Scrapyd runs an egg: the settings module imports, no scrapy.cfg is in reach.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "tests.test_embedded")
+    monkeypatch.setenv("SCRAPY_PROJECT", "books/bot")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    directory = embedded.project_directory()
+    assert directory == tmp_path / "data" / "scrapy-retryqueue" / "books_bot"
+    assert embedded.user_directory_in_use(directory)
+
+    # With scrapy.cfg, Scrapy's own data dir as before.
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = tests.test_embedded\n")
+    assert embedded.project_directory() == tmp_path / ".scrapy" / "retryqueue"
+    assert not embedded.user_directory_in_use(embedded.project_directory())
+
+
+def test_a_directory_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(embedded.EmbeddedServerError, match="RETRYQUEUE_EMBEDDED_DIR") as info:
+        embedded.check_directory(blocker / "retryqueue")
+    assert str(blocker / "retryqueue") in str(info.value)
+
+
+def _hold_and_exit(directory: str) -> None:
+    """A process that holds the server and exits without letting go (a crawl stopped
+    as its spider opens never reaches the store writer's engine_stopped)."""
+    embedded.hold(Path(directory))
+    embedded.ensure_server(Path(directory))
+
+
+def test_a_process_that_exits_holding_the_server_lets_go_of_it(server_dir: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=_hold_and_exit, args=(str(server_dir),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    # It was the last user: its exit stopped the server.
+    assert not embedded.is_running(server_dir)
+    assert _wait_gone(_servers_in(server_dir)) == []

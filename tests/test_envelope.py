@@ -168,7 +168,7 @@ def _doc(**changes):
         (_doc(request={"method": "GET"}), ["request.url"]),
         (_doc(request={"url": 5}), ["request.url"]),
         (_doc(attempts=KeyError), ["'attempts'"]),
-        (_doc(attempts=[1]), ["'attempts'", "[1]"]),
+        (_doc(attempts=[1]), ["'attempts'", "got a list"]),
         (_doc(attempts={"timeout": "1"}), ["'attempts'", "'1'"]),
         (_doc(attempts={"timeout": 1.5}), ["'attempts'", "1.5"]),
         (_doc(attempts={"timeout": True}), ["'attempts'", "True"]),

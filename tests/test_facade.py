@@ -110,3 +110,64 @@ def test_a_poll_lost_to_an_outage_is_doubted_and_a_refused_one_is_not(tmp_path: 
     runtime._poll_failed(Failure(redis.TimeoutError("Timeout reading from socket")), "n:2")
     assert runtime.leases.doubtful == {"n:2"}
     assert runtime.down
+
+
+# -- the glue reads no part behind the facade ----------------------------------------
+
+GLUE = ("middleware.py", "spidermiddleware.py", "extension.py", "storeext.py", "addon.py")
+
+
+def _parts_of_the_runtime() -> set[str]:
+    """The attributes RetryQueueRuntime.__init__ sets to one of its parts (an object
+    built from a class of a runtime submodule): what the glue must not read."""
+    import ast
+
+    import scrapy_retryqueue.runtime as runtime
+
+    tree = ast.parse(Path(runtime.__file__).read_text())
+    init = next(
+        node
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef) and cls.name == "RetryQueueRuntime"
+        for node in cls.body
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    behind = {"Reporter", "WritePath", "DomainBreaker", "Leases", "Planner"}
+    parts = set()
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in behind
+        ):
+            parts.update(t.attr for t in node.targets if isinstance(t, ast.Attribute))
+    return parts
+
+
+def _reads_of_parts(source: str, parts: set[str]) -> list[str]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        # runtime.writes, self.runtime.leases, ...: a part read through the runtime.
+        if isinstance(node, ast.Attribute) and node.attr in parts:
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name in ("runtime", "_runtime"):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_glue_reads_no_part_behind_the_facade() -> None:
+    parts = _parts_of_the_runtime()
+    assert parts == {"reporter", "writes", "breaker", "leases", "planner"}
+    package = Path(__file__).parent.parent / "scrapy_retryqueue"
+    reads = {name: _reads_of_parts((package / name).read_text(), parts) for name in GLUE}
+    assert not any(reads.values()), reads
+
+
+def test_the_glue_check_finds_a_part_read_through_the_runtime() -> None:
+    parts = _parts_of_the_runtime()
+    source = "def f(self):\n    self.runtime.reporter.callback_error(1)\n"
+    assert _reads_of_parts(source, parts) == ["line 2: self.runtime.reporter"]

@@ -113,7 +113,7 @@ def tasks_with_events(redis_url: str, spider: str) -> set[str]:
     client = redis.Redis.from_url(redis_url)
     try:
         ids: set[str] = set()
-        for _, fields in client.xrange(keys_for(spider).events):
+        for _, fields in client.xrange(keys_for(spider, run_fleet_module.NAMESPACE).events):
             raw = fields.get(b"ids", fields.get(b"id", b""))
             ids.update(raw.decode().split())
         return ids

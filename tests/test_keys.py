@@ -13,6 +13,8 @@ from scrapy_retryqueue.keys import (
     lease_owner,
     lease_prefix,
     lease_token,
+    project_name,
+    queue_of,
     scan_pattern,
     spider_of,
 )
@@ -40,9 +42,13 @@ def test_key_names():
 def test_all_keys_lists_every_key_once():
     keys = keys_for("quotes")
     listed = all_keys(keys)
-    fields = [v for k, v in ((f, getattr(keys, f)) for f in keys.__slots__) if k != "spider"]
+    fields = [
+        v
+        for k, v in ((f, getattr(keys, f)) for f in keys.__slots__)
+        if k not in ("spider", "project")
+    ]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 15
+    assert len(set(listed)) == len(listed) == 16
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])
@@ -81,6 +87,44 @@ def test_every_key_names_its_spider_and_matches_the_scan_patterns(spider):
 @pytest.mark.parametrize("key", ["other:{a}:due", "retryqueue:a:due", "retryqueue:{}:due", "x"])
 def test_a_key_of_no_spider(key):
     assert spider_of(key) is None
+
+
+@pytest.mark.parametrize("spider", ["quotes", "a:b", "ünïcødé"])
+def test_a_project_namespace_stands_before_the_hash_tag(spider):
+    keys = keys_for(spider, "books")
+    assert keys.project == "books" and keys.spider == spider
+    assert keys.due == f"retryqueue:books:{{{spider}}}:due"
+    assert keys.namespace == f"retryqueue:books:{{{spider}}}"
+    # Two projects' spiders of one name never share a key...
+    assert not set(all_keys(keys)) & set(all_keys(keys_for(spider, "quotes")))
+    assert not set(all_keys(keys)) & set(all_keys(keys_for(spider)))
+    # ...but share the spider's slot, with the layout without a namespace too.
+    slots = {key_slot(k.encode()) for k in [*all_keys(keys), *all_keys(keys_for(spider))]}
+    assert slots == {key_slot(spider.encode("utf-8"))}
+    for key in all_keys(keys):
+        assert queue_of(key) == ("books", spider)
+        assert spider_of(key) == spider == spider_of(key, "books")
+        assert spider_of(key, "quotes") is None and spider_of(key, "") is None
+        assert fnmatch.fnmatchcase(key, scan_pattern(project="books"))
+        assert fnmatch.fnmatchcase(key, scan_pattern())  # every project
+        assert not fnmatch.fnmatchcase(key, scan_pattern(project=""))
+        assert not fnmatch.fnmatchcase(key, scan_pattern(project="quotes"))
+    assert fnmatch.fnmatchcase(keys.events, scan_pattern("events", "books"))
+    assert not fnmatch.fnmatchcase(keys_for(spider).events, scan_pattern("events", "books"))
+    assert queue_of(keys_for(spider).due) == ("", spider)
+    assert spider_of(keys_for(spider).due, "") == spider
+
+
+@pytest.mark.parametrize("project", ["a:b", "a{b", "a b", "x" * 65, "a*"])
+def test_a_namespace_a_key_cannot_hold_is_refused(project):
+    with pytest.raises(ValueError, match="RETRYQUEUE_NAMESPACE"):
+        keys_for("quotes", project)
+
+
+def test_a_bot_name_becomes_a_namespace():
+    assert project_name("books") == "books"
+    assert project_name("my bot:v2") == "my_bot_v2"
+    assert project_name("") == ""
 
 
 def test_a_scan_pattern_names_a_key_of_the_namespace():

@@ -109,7 +109,7 @@ def test_kinds_may_come_as_json_text_from_the_command_line() -> None:
         ("captcha", "RETRYQUEUE_KINDS must be a dict (or its JSON text), got 'captcha'"),
         (["captcha"], "RETRYQUEUE_KINDS must be a dict of kind name -> fields, got ['captcha']"),
         ({"Captcha": {}}, "RETRYQUEUE_KINDS key 'Captcha' is not a kind name"),
-        ({"x" * 41: {}}, "RETRYQUEUE_KINDS key 'xxxxxxxx"),
+        ({"x" * 33: {}}, "RETRYQUEUE_KINDS key 'xxxxxxxx"),
         ({"cap-tcha": {}}, "RETRYQUEUE_KINDS key 'cap-tcha' is not a kind name"),
         ({"timeout": {}}, "RETRYQUEUE_KINDS['timeout']: 'timeout' is a built-in kind; change"),
         ({"poison": {}}, "RETRYQUEUE_KINDS['poison']: 'poison' is one of the queue's own kinds"),
@@ -283,21 +283,38 @@ def test_a_declared_kinds_failure_is_planned_and_counted_under_its_name(tmp_path
     assert stats.get_value("retryqueue/reason_count/captcha") == 1
 
 
+def test_a_kind_name_fits_the_stores_kind_columns() -> None:
+    from scrapy_retryqueue.store.models import tasks_table
+
+    longest = "k" * kinds.NAME_MAX
+    assert longest in load_config(Settings({"RETRYQUEUE_KINDS": {longest: {}}})).kinds
+    # A longer name would be cut in the store, and --kind filters would miss it.
+    for column in ("kind", "first_error_kind", "last_error_kind"):
+        assert tasks_table.c[column].type.length >= kinds.NAME_MAX
+
+
+def test_retry_later_refuses_a_kind_that_is_not_a_name() -> None:
+    with pytest.raises(TypeError, match=r"RetryLater\(kind\) takes a kind's name, got \['a'\]"):
+        RetryLater(["a"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("raised", ["capcha", "poison", "deferred"])
 def test_an_undeclared_kind_at_run_time_is_an_unknown_dead_letter_and_one_error_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, raised: str
 ) -> None:
+    # The queue's own kinds (poison, deferred...) are not the project's to raise either.
     runtime = unopened_runtime(KindSpider, tmp_path)
-    failure = FailureInfo("capcha", "scrapy_retryqueue.exceptions.RetryLater", "a captcha")
+    failure = FailureInfo(raised, "scrapy_retryqueue.exceptions.RetryLater", "a captcha")
     with caplog.at_level(logging.ERROR):
         plans = [plan_of(runtime, Request(f"{PAGE}?{n}"), failure) for n in range(3)]
     for plan in plans:
         assert not plan.decision.retry and plan.decision.kind == "unknown"
         assert plan.task.dead_kind == "unknown"
-        assert "'capcha'" in plan.decision.reason and "RETRYQUEUE_KINDS" in plan.decision.reason
+        assert f"'{raised}'" in plan.decision.reason and "RETRYQUEUE_KINDS" in plan.decision.reason
         assert plan.task.last_error["kind"] == "unknown"
         assert "a captcha" in plan.task.last_error["message"]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and "RetryLater names kind 'capcha'" in errors[0], errors
+    assert len(errors) == 1 and f"RetryLater names kind '{raised}'" in errors[0], errors
     assert runtime.crawler.stats.get_value("retryqueue/undeclared_kind") == 3
 
 
@@ -410,6 +427,8 @@ def test_the_policys_bounds_and_retry_after_hold_around_the_strategy(
         ("3", "returned '3'"),
         (True, "returned True"),
         (None, "returned None"),
+        pytest.param(10**400, "returned 1000000000000000", id="int-past-float"),
+        pytest.param(10**5000, "returned a huge int", id="huge-int"),
         (RuntimeError("no model"), "raised RuntimeError: no model"),
     ],
 )
@@ -620,3 +639,55 @@ def test_the_literal_scan_finds_a_kind_spelled_out(tmp_path: Path) -> None:
         '"""Retries a timeout."""\nLABEL = "a timeout"\n\n\ndef f():\n    return "parse"\n'
     )
     assert _kind_literals(tmp_path) == [("glue.py", 6, "parse")]
+
+
+def test_distinct_bad_delays_log_a_bounded_number_of_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A strategy returning a new bad number each time names it in each message:
+    # the lines stop after a few, the stat goes on counting.
+    from scrapy_retryqueue.runtime.planner import Note
+
+    runtime = unopened_runtime(KindSpider, tmp_path)
+    with caplog.at_level(logging.ERROR):
+        for n in range(12):
+            runtime.reporter.notes([Note("retryqueue/backoff_error", f"returned {-n - 1}")])
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 6, lines
+    assert "only counted in the stat retryqueue/backoff_error" in lines[-1]
+    assert runtime.crawler.stats.get_value("retryqueue/backoff_error") == 12
+
+
+class _Writes:
+    """The write path as the breaker sees it: records each call, sends nothing."""
+
+    down = False
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from twisted.internet import defer
+
+        self.calls.append({"fn": fn.__name__, **kwargs})
+        return defer.Deferred()  # never answers: the test reads what was asked
+
+
+@pytest.mark.parametrize(
+    ("traits", "cause"),
+    [({"breaker": True}, "throttle"), ({"breaker": True, "burst": True}, "burst"), ({}, None)],
+)
+def test_a_declared_kinds_traits_decide_what_its_failure_tells_the_breaker(
+    traits: dict[str, bool], cause: str | None
+) -> None:
+    from scrapy_retryqueue.runtime.breaker import DomainBreaker
+
+    config = load_config(Settings({"RETRYQUEUE_KINDS": {"softban": {"retry": True, **traits}}}))
+    writes = _Writes()
+    breaker = DomainBreaker(config, writes, None)  # type: ignore[arg-type]
+    # On: the fake write path only records which of the cooldowns' calls it was asked.
+    breaker.open(type("Cooldowns", (), {"fail": lambda *a, **k: None, "ok": lambda *a: None})())  # type: ignore[arg-type]
+    # A callback's soft ban: no HTTP status, no Retry-After. A breaker kind that is
+    # no burst kind trips its domain on this one failure.
+    breaker.downloaded(Request(PAGE), FailureInfo("softban", "RetryLater", "soft ban"))
+    assert [c.get("cause") for c in writes.calls] == ([cause] if cause else [])

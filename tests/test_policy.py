@@ -102,9 +102,21 @@ def test_retry_after_raises_the_delay():
     assert decision.delay == 100.0
 
 
-def test_retry_after_never_lowers_the_delay():
-    decision = _table().decide(_failure("rate_limited", retry_after=5.0), {}, rand=ZERO)
-    assert decision.delay == 15.0
+def test_retry_after_sets_the_delay_when_shorter_than_the_backoff():
+    # The server's word, not rate_limited's 15-30 s: a Retry-After of 2 s waits 2 s.
+    decision = _table().decide(_failure("rate_limited", retry_after=2.0), {}, rand=ZERO)
+    assert decision.delay == 2.0
+    # A Retry-After in the past (0 s) is retried at the next poll.
+    assert _table().decide(_failure("rate_limited", retry_after=0.0), {}).delay == 0.0
+
+
+def test_a_custom_strategy_cannot_wait_less_than_retry_after():
+    class Short:
+        def delay(self, ctx):
+            return 1.0
+
+    table = PolicyTable(_default_policies(), {}, retry_after_max=3600.0, backoff=Short())
+    assert table.decide(_failure("rate_limited", retry_after=50.0), {}).delay == 50.0
 
 
 def test_retry_after_is_capped_by_retry_after_max():

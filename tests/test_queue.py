@@ -833,6 +833,27 @@ def test_a_poll_whose_reply_was_lost_has_its_claim_handed_back_by_the_next(
     assert leases.doubtful == set()
 
 
+def test_a_projects_queue_probes_and_unclaims_its_own_keys_after_adopting_the_old_layout(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    # On a cluster too: both layouts of a spider share its slot, and every call of
+    # the project's queue (the probe, a lost claim handed back) goes to that slot.
+    assert queue.schedule(make_task("a", due=0), now=0)  # before namespaces
+    project = RedisDelayedQueue(redis_client, queue.keys.spider, node_id="node-a", project="p")
+    try:
+        assert project.keys.due.startswith("retryqueue:p:{")
+        assert project.adopt_unnamespaced() > 0
+        project.probe()
+        assert redis_client.exists(project.keys.due) and not redis_client.exists(queue.keys.due)
+        assert claim_ids(project, now=0, limit=1, lease_until=LEASE, token="node-a:1") == ["a"]
+        assert project.unclaim(["node-a:1"], now=5) == ["a"]
+        assert where(redis_client, project.keys, "a") == {"due", "tasks", "taskinfo"}
+        released = [e for e in events(redis_client, project.keys) if e["type"] == "released"]
+        assert [e["id"] for e in released] == ["a"]
+    finally:
+        redis_client.delete(*all_keys(project.keys))
+
+
 # -- counts, dead_letters, clear ----------------------------------------------
 
 
@@ -916,7 +937,8 @@ def test_events_stream_is_trimmed_near_maxlen(
 _HEADER_REF = re.compile(r"^--\s+(KEYS|ARGV)\[(\d+)(\.\.)?\]\s*(\w*)", re.MULTILINE)
 _BODY_REF = re.compile(r"\b(KEYS|ARGV)\[(\d+)\]")
 _CALL = re.compile(r"redis\.p?call\(")
-_CALL_ON_KEY = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'\s*,\s*KEYS\[\d+\]\s*[,)]")
+# KEYS[i] too: a script over a variable list of keys (adopt.lua) indexes it.
+_CALL_ON_KEY = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'\s*,\s*KEYS\[[^\]]+\]\s*[,)]")
 
 
 def _script(name: str) -> tuple[str, str]:
@@ -948,7 +970,8 @@ def test_script_header_documents_keys_argv_and_returns(name: str) -> None:
             open_from[kind] = int(index)
         else:
             documented[kind].add(int(index))
-    assert documented["KEYS"], f"{name}.lua documents no KEYS"
+    # A script over a variable list of keys (adopt.lua) documents it as a range.
+    assert documented["KEYS"] or open_from["KEYS"] == 1, f"{name}.lua documents no KEYS"
 
     used: dict[str, set[int]] = {"KEYS": set(), "ARGV": set()}
     for kind, index in _BODY_REF.findall(body):
@@ -1005,10 +1028,16 @@ def test_queue_passes_keys_in_the_order_each_header_documents(
     queue.schedule(make_task("c", due=10), now=0)
     queue.retry_now(["c"], now=0)
     queue.cancel(["c"], now=0)
+    namespaced = RedisDelayedQueue(queue.client, queue.keys.spider, node_id="n", project="p")
+    monkeypatch.setattr(namespaced, "_run", record)
+    namespaced.adopt_unnamespaced()
     assert set(passed) == set(SCRIPT_NAMES)
+    # adopt: every key of the spider without a namespace, then the same in the project's.
+    assert passed.pop("adopt") == [*all_keys(queue.keys), *all_keys(namespaced.keys)]
+    namespaced.client.delete(*all_keys(namespaced.keys))
 
     keys = queue.keys
-    for name in SCRIPT_NAMES:
+    for name in sorted(passed):
         header, _ = _script(name)
         names = {int(i): n for kind, i, _, n in _HEADER_REF.findall(header) if kind == "KEYS"}
         expected = [getattr(keys, names[i]) for i in sorted(names)]

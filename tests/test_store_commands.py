@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -188,6 +190,27 @@ def test_export_jsonl_to_stdout_honours_each_filter(
     assert done.err == ""  # no progress bar when stderr is not a terminal
 
 
+def test_export_into_a_pipe_its_reader_closed_ends_quietly(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    # `scrapy deadletters export | head -1`: the reader goes before the export ends.
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "scrapy.cmdline", "deadletters", "export", "--format"]
+    command += ["jsonl", "--spider", ",".join(pg["spiders"].values())]
+    for name, value in settings.items():
+        command += ["-s", f"{name}={value}"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # before the first row is written: every write fails
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert "error" not in err.lower() and "Traceback" not in err
+
+
 def test_export_takes_the_deferred_kind(
     pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
 ) -> None:
@@ -246,6 +269,13 @@ def test_export_json_is_one_array_and_limit_caps_it(
         (["export", "--spider", "nobody"], 1, "no tasks match (status=dead spider=nobody)"),
         (["requeue", "--kind", "rule"], 1, "no dead letters match"),
         (["purge", "--domain", "nowhere.example", "--yes"], 1, "no tasks match"),
+        # An empty value is no filter that matches everything.
+        (["purge", "--spider", "", "--yes"], 2, "--spider '' holds an empty value"),
+        (["export", "--kind", "timeout,"], 2, "--kind 'timeout,' holds an empty value"),
+        (["export", "--node", " "], 2, "--node ' ' holds an empty value"),
+        (["export", "--since", ""], 2, "--since is empty"),
+        # As the dashboard: a task still due in Redis is not purged.
+        (["purge", "--status", "waiting", "--yes"], 2, "purge deletes finished tasks only"),
         (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
     ],
 )
@@ -384,6 +414,47 @@ def test_requeue_leaves_a_task_that_is_live_in_the_queue_alone(
     assert done.code == 0, done.err
     assert "requeued 0 dead letter(s) (fresh budget); 1 already had a live retry" in done.err
     assert status_of(pg, "r6")["status"] == "dead"
+
+
+def test_purge_of_every_status_leaves_the_live_tasks_alone(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path
+) -> None:
+    alpha = pg["spiders"]["alpha"]
+    done = run(
+        tmp_path, settings, "deadletters", "purge", "--spider", alpha, "--status", "all", "--yes"
+    )
+    assert done.code == 0, done.err
+    assert "purge leaves live tasks alone (waiting, retrying)" in done.err
+    assert status_of(pg, "r5")["status"] == "waiting"
+
+
+@pytest.mark.parametrize("make", ["symlink", "fifo", "directory"])
+@pytest.mark.parametrize("option", ["-O", "-o"])
+def test_export_never_replaces_nor_follows_what_is_not_a_regular_file(
+    pg: dict[str, Any], settings: dict[str, str], tmp_path: Path, make: str, option: str
+) -> None:
+    target = tmp_path / "out.jsonl"
+    pointed = tmp_path / "elsewhere.jsonl"
+    pointed.write_text("kept\n")
+    if make == "symlink":
+        target.symlink_to(pointed)
+    elif make == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    done = run(tmp_path, settings, "deadletters", "export", option, str(target))
+    assert done.code == 2, done.err
+    assert done.err.startswith("error: ") and done.err.count("\n") == 1, done.err
+    assert ("symbolic link" if make == "symlink" else "regular file") in done.err
+    # Nothing replaced, nothing written through, no temporary file left.
+    assert pointed.read_text() == "kept\n"
+    if make == "symlink":
+        assert target.is_symlink()
+    elif make == "fifo":
+        assert stat.S_ISFIFO(target.lstat().st_mode)
+    else:
+        assert target.is_dir()
+    assert not list(tmp_path.glob("*.part")) and not list(tmp_path.glob(".*.part"))
 
 
 # -- purge ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -636,3 +637,56 @@ def test_a_number_read_from_an_envelope_never_raises(value: object, expected: ob
     from scrapy_retryqueue.store.writer import _int
 
     assert _int(value) == expected
+
+
+CORPUS = Path(__file__).parent / "corpus" / "entries"
+#: Dead letters that once stopped the store writer of their spider: the other
+#: dead letters of the sweep stayed in Redis (Infinity: on PostgreSQL).
+HOSTILE_DEAD = ("nested-10000-in-meta.json", "url-lone-surrogate.json", "created-infinity.json")
+
+
+def test_hostile_dead_letters_are_stored_as_malformed_and_stop_neither_the_sweep_nor_the_stream(
+    store: Store,
+    queue: RedisDelayedQueue,
+    make_task: MakeTask,
+    make_sync: Callable[..., EventSync],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, keys = queue.client, queue.keys
+    # Through the stream: dead events whose stored envelope was replaced.
+    for name in HOSTILE_DEAD:
+        queue.deadletter(make_task(f"evt-{name}", dead_kind="timeout"), None, now=T0)
+        client.hset(keys.deadtasks, f"evt-{name}", (CORPUS / name).read_bytes())
+    queue.deadletter(make_task("evt-good", dead_kind="timeout"), None, now=T0)
+    counted: dict[str, int] = {}
+    sync = make_sync(stats=lambda k, v: counted.__setitem__(k, counted.get(k, 0) + v))
+    with caplog.at_level(logging.ERROR, logger="scrapy_retryqueue"):
+        assert sync.drain().events == 4
+    # Without events (trimmed): the sweep.
+    for name in HOSTILE_DEAD:
+        client.zadd(keys.dead, {f"swept-{name}": T0 + 1})
+        client.hset(keys.deadtasks, f"swept-{name}", (CORPUS / name).read_bytes())
+    client.zadd(keys.dead, {"swept-good": T0 + 1})
+    client.hset(keys.deadtasks, "swept-good", make_task("swept-good", dead_kind="rule").to_json())
+    with caplog.at_level(logging.ERROR, logger="scrapy_retryqueue"):
+        assert sync.sweep_dead(older_than_ms=T0 + 10) == 4
+
+    got = rows(store, keys.spider)
+    assert {k: r["status"] for k, r in got.items()} == {
+        **{f"{how}-{name}": "dead" for how in ("evt", "swept") for name in HOSTILE_DEAD},
+        "evt-good": "dead",
+        "swept-good": "dead",
+    }
+    for how in ("evt", "swept"):
+        for name in HOSTILE_DEAD:
+            envelope = got[f"{how}-{name}"]["envelope"]
+            # Kept as the crawl keeps a malformed task: its stored text as it was.
+            assert envelope["raw"].encode() == (CORPUS / name).read_bytes(), name
+            assert envelope["last_error"]["kind"] == "malformed"
+    assert got["swept-good"]["kind"] == "rule" and got["evt-good"]["url"]
+    # Nothing left in Redis; one ERROR line and one count for each.
+    assert client.zcard(keys.dead) == 0
+    assert sync.stream.pending_count() == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == counted["retryqueue/store/malformed"] == 2 * len(HOSTILE_DEAD)
+    assert all("is malformed (envelope" in line for line in errors)

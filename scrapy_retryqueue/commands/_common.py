@@ -8,6 +8,8 @@ commands that use them, when they run.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import textwrap
 import time
@@ -113,8 +115,8 @@ def one_line_errors() -> Iterator[None]:
     """Turn the errors a person can cause or fix into CommandFailed."""
     try:
         yield
-    except CommandFailed:
-        raise
+    except (CommandFailed, BrokenPipeError):
+        raise  # BrokenPipeError: the reader of our output is gone (Command.run)
     except RetryQueueError as exc:  # a bad setting or filter, the store, the embedded server
         raise CommandFailed(str(exc)) from None
     except (redis.RedisError, OSError) as exc:
@@ -209,6 +211,14 @@ class Command(ScrapyCommand):
         except CommandFailed as exc:
             print(fail_line(exc), file=sys.stderr)
             self.exitcode = exc.code
+        except BrokenPipeError:
+            # `| head -1`: the reader has what it wanted and closed the pipe. Not an
+            # error; stdout goes to /dev/null so that its flush at exit raises nothing.
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            self.exitcode = EXIT_OK
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             self.exitcode = EXIT_INTERRUPTED

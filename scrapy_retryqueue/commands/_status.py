@@ -26,7 +26,12 @@ def report(sources: Sources, spiders: list[str], settings: Any = None) -> dict[s
     a spider of the project (*settings*' SPIDER_MODULES): it was never crawled
     with the queue. Any other name is an error (exit code 1), as is nothing at all.
     """
-    status = collect(lambda: sources.redis(start_embedded=False), sources.store, spiders)
+    status = collect(
+        lambda: sources.redis(start_embedded=False),
+        sources.store,
+        spiders,
+        project=sources.config.namespace,
+    )
     if status.client is None and status.history is None:
         raise CommandFailed("; ".join(status.notes))
     out: dict[str, Any] = {"spiders": {}, "notes": status.notes, "nothing_yet": []}
@@ -63,7 +68,8 @@ def _entry(status: Status, spider: str, *, nothing: bool = False) -> dict[str, A
     db = status.history
     live = status.live.get(spider)
     if live is None and nothing and status.client is not None:
-        live = view.counts(status.client, spider, status.now_ms)  # all zeros, read to be sure
+        # All zeros, read to be sure.
+        live = view.counts(status.client, spider, status.now_ms, status.project)
     history = (db or {}).get(spider) if db is not None else None
     statuses = (history or {}).get("statuses", {})
     return {

@@ -57,13 +57,16 @@ def _store_lines_on(stream: IO[str]) -> Iterator[None]:
 @contextlib.contextmanager
 def _stopped_by_signals(service: WriterService) -> Iterator[None]:
     """SIGINT (Ctrl-C) and SIGTERM stop *service* after the batch in hand; a second
-    one ends its waits at once."""
+    one interrupts it at once (exit 130)."""
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         if service.stopping:
+            # The batch in hand may be stuck (a database that does not answer its
+            # connect): leave now. Nothing is lost: its events are acknowledged
+            # only after their commit, so they are read again by the next writer.
             service.force()
-        else:
-            service.stop()
+            raise KeyboardInterrupt
+        service.stop()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -104,6 +107,7 @@ def run_writer(
         rescan=rescan,
         counters=counters,
         announce=False,  # the line below says it
+        project=config.namespace,
     )
     print(
         f"writer {consumer}: {served} from Redis {redact_url(redis_url)} into "
@@ -112,8 +116,11 @@ def run_writer(
         flush=True,
     )
     lines = _store_lines_on(sys.stderr) if log_to_stderr else contextlib.nullcontext()
-    with lines, _stopped_by_signals(service):
-        service.run()
+    try:
+        with lines, _stopped_by_signals(service):
+            service.run()
+    finally:
+        service.close()
     if service.fatal is not None:
         # Its log line said why (a schema changed under it): that is the one line.
         return EXIT_ERROR

@@ -20,7 +20,9 @@ import argparse
 import contextlib
 import os
 import shutil
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,8 +128,10 @@ def build_parser() -> ArgumentParser:
                         "line; json cannot be appended to (use -O). - is stdout. "
                         "(default: stdout)")  # fmt: skip
     target.add_argument("-O", "--overwrite-output", metavar="FILE",
-                        help="write FILE, replacing it: written as FILE.part and renamed "
-                        "when complete, so FILE is never half written")  # fmt: skip
+                        help="write FILE, replacing it: written to a temporary file beside "
+                        "it and renamed when complete, so FILE is never half written. FILE "
+                        "(with -o too) must be a regular file or not exist: a symlink, FIFO, "
+                        "device or directory is refused")  # fmt: skip
     output.add_argument("--format", choices=FORMATS,
                         help="csv (one row per task, a header first), jsonl (one JSON "
                         "object per line) or json (one array) (default: from the file "
@@ -213,9 +217,27 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def _refuse_empty_values(ns: Any) -> None:
+    """An empty filter value is an error: dropped, it would match everything
+    (``purge --spider "$UNSET" --yes`` would delete every spider's dead letters)."""
+    for option in ("spider", "kind", "domain", "http_status", "node", "status", "id"):
+        for value in getattr(ns, option, None) or []:
+            if any(not part.strip() for part in value.split(",")):
+                flag = "--" + option.replace("_", "-")
+                raise CommandFailed(
+                    f"{flag} {value!r} holds an empty value; give a value, or leave {flag} "
+                    "out to match every one"
+                )
+    for option in ("since", "until"):
+        value = getattr(ns, option, None)
+        if value is not None and not value.strip():
+            raise CommandFailed(f"--{option} is empty; give a time, or leave --{option} out")
+
+
 def filters_from(ns: Any, sources: Sources) -> Filters:
     from ..store.queries import Filters
 
+    _refuse_empty_values(ns)
     return Filters.from_options(
         # The project's own kinds (RETRYQUEUE_KINDS) are kinds here too.
         known_kinds=sources.config.kinds.names,
@@ -331,6 +353,7 @@ class Command(BaseCommand):
             filters,
             node_id=sources.config.node_id,
             events_maxlen=sources.config.events_maxlen,
+            project=sources.config.namespace,
             keep_budget=bool(ns.keep_budget),
             limit=total,
             on_chunk=progress.advance,
@@ -356,7 +379,19 @@ class Command(BaseCommand):
     def _purge(self, sources: Sources, ns: Any) -> int:
         from ..store import actions
 
-        filters = filters_from(ns, sources)
+        asked = filters_from(ns, sources)
+        # As the dashboard: only finished tasks; a live one's row is deleted by
+        # the writer's next event anyway, and its task stays due in Redis.
+        filters = actions.applicable("purge", asked)
+        live = [status for status in asked.statuses if status not in filters.statuses]
+        if not filters.statuses:
+            raise CommandFailed(
+                f"purge deletes finished tasks only ({', '.join(actions.ACTION_STATUSES['purge'])}); "
+                f"--status {','.join(live)} names tasks still live in Redis: cancel them first "
+                "(the dashboard's cancel)"
+            )
+        if live:
+            print(f"purge leaves live tasks alone ({', '.join(live)})", file=sys.stderr)
         total = _count(sources, filters)
         if not total:
             raise CommandFailed(f"no tasks match ({filters.describe()})", EXIT_NO_MATCH)
@@ -409,7 +444,7 @@ class Command(BaseCommand):
         client = sources.redis()
         spiders = [s for value in ns.spider for s in value.split(",") if s]
         if not spiders:
-            spiders = sorted(view.spiders_with_events(client))
+            spiders = sorted(view.spiders_with_events(client, sources.config.namespace))
         if not spiders:
             raise CommandFailed("no spider has events in Redis", EXIT_NO_MATCH)
         for spider in spiders:
@@ -419,6 +454,7 @@ class Command(BaseCommand):
                 spider,
                 sources.store_config,
                 consumer=f"{sources.config.node_id}:sync",
+                project=sources.config.namespace,
             )
             started = time.monotonic()
             result = sync.drain()
@@ -455,7 +491,9 @@ class Destination:
         return cls(path, fmt, append=path is not None and overwrite is None)
 
     def check(self) -> None:
-        """Refuse, before reading the store, what cannot be appended to."""
+        """Refuse, before reading the store, what cannot be written or appended to."""
+        if self.path is not None:
+            self._refuse_special()
         if not self.append or self.path is None:
             return
         if self.fmt == "json":
@@ -478,6 +516,32 @@ class Destination:
                     EXIT_ERROR,
                 )
 
+    def _refuse_special(self) -> None:
+        """A symlink, FIFO, device or directory at FILE: refused, never replaced nor followed.
+
+        Replacing one (-O renames a temporary file over FILE) would swap a
+        device node such as /dev/null for a regular file, or a symlink for a
+        copy; following one writes where the link points, unseen.
+        """
+        assert self.path is not None
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise CommandFailed(
+                f"{self.path} is a symbolic link (to {os.readlink(self.path)}): export neither "
+                "follows nor replaces one; give the path it points to, or another file",
+                EXIT_ERROR,
+            )
+        if not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise CommandFailed(
+                f"{self.path} is {what} (a FIFO, a device, a socket?): export writes regular "
+                "files only; leave out -o / -O to write to stdout",
+                EXIT_ERROR,
+            )
+
     def _has_content(self) -> bool:
         assert self.path is not None
         try:
@@ -494,10 +558,20 @@ class Destination:
             sys.stdout.flush()
             return written
         header = not (self.append and self._has_content())
-        part = self.path.with_name(self.path.name + ".part")
+        # A fresh name (O_EXCL): a FILE.part planted as a symlink is never followed.
+        fd, name = tempfile.mkstemp(
+            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".part"
+        )
+        part = Path(name)
         try:
-            with open(part, "w", encoding="utf-8", newline="") as out:
+            with open(fd, "w", encoding="utf-8", newline="") as out:
                 written = write_rows(rows, self.fmt, out, advance, secret=secret, header=header)
+                if not self.append:
+                    # mkstemp's 0600; the file gets the mode a new one would.
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.fchmod(out.fileno(), 0o666 & ~umask)
+            self._refuse_special()  # again: FILE may have changed while rows were read
             if self.append:
                 self._append_part(part)
             else:

@@ -65,6 +65,8 @@ def build_parser() -> ArgumentParser:
         description=(
             "The server the crawl starts when no Redis is configured, with its data in\n"
             "RETRYQUEUE_EMBEDDED_DIR (default: the project's .scrapy/retryqueue/).\n"
+            "A crawl stops it when it ends (RETRYQUEUE_EMBEDDED_KEEP); one started here\n"
+            "is kept until stopped here.\n"
             "  start   start it (nothing happens if it runs) and print its URL\n"
             "  stop    stop it; pending retries stay on disk for the next start\n"
             "  status  say whether it runs, and where (exit code 3 when it does not)"
@@ -196,7 +198,7 @@ class Command(BaseCommand):
             print(f"not running (data in {directory})")
             return EXIT_NOT_RUNNING
         if action == "start":
-            print(f"running: {embedded.ensure_server(directory)}")
+            print(f"running: {embedded.ensure_server(directory, keep=True)}")
         elif embedded.stop_server(directory):
             print(f"stopped (data kept in {directory})")
         else:

@@ -203,10 +203,10 @@ class Backend:
             if secret_headers is not None
             else secret_headers_setting(settings if settings is not None else {})
         )
-        #: The kinds a filter may name: the built-in ones and RETRYQUEUE_KINDS'.
-        self.known_kinds: tuple[str, ...] = kinds_setting(
-            settings if settings is not None else {}
-        ).names
+        #: The built-in kinds and RETRYQUEUE_KINDS': what a filter may name, and
+        #: which kinds are retried (the success rate counts only those).
+        self.kind_table = kinds_setting(settings if settings is not None else {})
+        self.known_kinds: tuple[str, ...] = self.kind_table.names
         self._sources: Sources | None = None
         self._lock = threading.Lock()
 
@@ -227,6 +227,11 @@ class Backend:
             return sources.store()
         except RetryQueueError as exc:  # SourceError, StoreError: no store to read
             raise DashboardError(str(exc), 503) from None
+
+    @property
+    def project(self) -> str:
+        """The namespace of the spiders' keys (RETRYQUEUE_NAMESPACE, else BOT_NAME)."""
+        return self.sources().config.namespace
 
     def redis(self) -> Any:
         """A Redis client, or None when the embedded server is not running."""
@@ -255,7 +260,7 @@ class Backend:
             spiders = [check_text("spider", name.strip()) for name in spiders]
         except FilterError as exc:
             raise DashboardError(str(exc)) from None
-        status = collect(self.redis, self.store, spiders, top=10)
+        status = collect(self.redis, self.store, spiders, top=10, project=self.project)
         client, db, notes = status.client, status.history, status.notes
         failures_today = None
         recovered_by_kind: dict[str, int] = {}
@@ -299,7 +304,7 @@ class Backend:
                 slot["pending"] += d["pending"]
                 slot["dead"] += d["dead"]
             if client is not None:
-                nodes.update(view.lease_holders(client, spider))
+                nodes.update(view.lease_holders(client, spider, self.project))
         for kind, n in recovered_by_kind.items():
             by_kind.setdefault(kind, {"pending": 0, "dead": 0})["recovered"] = n
         for kind, slot in by_kind.items():
@@ -310,7 +315,14 @@ class Backend:
             slot["recover_median_s"] = percentile(times, 0.5)
             slot["recover_p90_s"] = percentile(times, 0.9)
         recovered, dead = totals["succeeded"], totals["dead"]
-        rate = recovered / (recovered + dead) if recovered + dead else None
+        # Over the retried kinds only: a 404 that was never retried is neither a
+        # recovery nor a failure to recover.
+        given_up = sum(
+            slot["dead"]
+            for kind, slot in by_kind.items()
+            if (record := self.kind_table.get(kind)) is not None and record.retry
+        )
+        rate = recovered / (recovered + given_up) if recovered + given_up else None
         top_domains = sorted(domains.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))[:10]
         order = {"pending": 0, "dead": 0, "recovered": 0}
         return {
@@ -323,6 +335,8 @@ class Backend:
                 "recovered": recovered,
                 "dead": dead,
                 "success_rate": rate,
+                # Dead letters of the retried kinds: the rate's other half.
+                "given_up": given_up,
             },
             "spiders": per_spider,
             "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -sum(kv[1][k] for k in order))),
@@ -375,7 +389,9 @@ class Backend:
         seen: list[tuple[int, str]] = []
         if client is not None:
             for spider in spiders:
-                typed, cut = view.event_types_since(client, spider, since, limit=CHART_MAX_EVENTS)
+                typed, cut = view.event_types_since(
+                    client, spider, since, limit=CHART_MAX_EVENTS, project=self.project
+                )
                 truncated |= cut
                 seen += [(ms, names[t]) for ms, t in typed if t in names and ms >= since]
         shown_s = span
@@ -502,7 +518,7 @@ class Backend:
         }
 
     def _live(self, client: Any, spider: str, task_id: str) -> dict[str, Any]:
-        place = view.task_place(client, spider, task_id)
+        place = view.task_place(client, spider, task_id, self.project)
         return {
             "available": True,
             "due_at": _ms_iso(place.due_ms),
@@ -514,7 +530,9 @@ class Backend:
     def _events(self, client: Any, spider: str, task_id: str) -> list[dict[str, Any]]:
         """This task's events among the newest TIMELINE_SCAN of its spider, oldest first."""
         out: list[dict[str, Any]] = []
-        for ms, parsed in view.task_events(client, spider, task_id, scan=TIMELINE_SCAN):
+        for ms, parsed in view.task_events(
+            client, spider, task_id, scan=TIMELINE_SCAN, project=self.project
+        ):
             event: dict[str, Any] = {
                 "type": parsed.type,
                 "at": _ms_iso(ms),
@@ -598,14 +616,26 @@ class Backend:
         if action == "requeue":
             # With a fresh budget, as ``scrapy deadletters requeue`` does by default.
             requeued = actions.requeue(
-                store, client, narrowed, node_id=node_id, events_maxlen=config.events_maxlen
+                store,
+                client,
+                narrowed,
+                node_id=node_id,
+                events_maxlen=config.events_maxlen,
+                project=config.namespace,
             )
             # Malformed, or a live retry of the same request is queued already.
             changed, skipped = requeued.moved, requeued.live + len(requeued.malformed)
             spiders = requeued.spiders
         else:
             op = actions.retry_now if action == "retry_now" else actions.cancel
-            done = op(store, client, narrowed, node_id=node_id, events_maxlen=config.events_maxlen)
+            done = op(
+                store,
+                client,
+                narrowed,
+                node_id=node_id,
+                events_maxlen=config.events_maxlen,
+                project=config.namespace,
+            )
             changed, skipped, spiders = done.changed, done.skipped, done.spiders
         self.sync(client, spiders)
         result["changed"], result["skipped"] = changed, skipped
@@ -623,6 +653,7 @@ class Backend:
                     spider,
                     sources.store_config,
                     consumer=f"{sources.config.node_id}:dashboard",
+                    project=sources.config.namespace,
                 ).drain()
             except (redis.RedisError, StoreError):
                 # The change is in Redis; the next writer run stores it.

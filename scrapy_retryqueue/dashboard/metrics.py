@@ -117,8 +117,9 @@ class QueueCollector:
             return 0
         now = now_ms()
         try:
-            for spider in sorted(view.spiders(client)):
-                live = view.counts(client, spider, now)
+            project = self.backend.project
+            for spider in sorted(view.spiders(client, project)):
+                live = view.counts(client, spider, now, project)
                 for state, n in (
                     ("due", live.due),
                     ("due_now", live.due_now),

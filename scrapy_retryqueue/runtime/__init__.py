@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -42,7 +42,7 @@ from ..envelope import (
     request_from_json,
     task_from_json,
 )
-from ..exceptions import ConfigError, RequestParked
+from ..exceptions import ConfigError, EncryptionKeyError, RequestParked
 from ..kinds import MALFORMED as MALFORMED_KIND
 from ..kinds import POISON as POISON_KIND
 from ..queue import Claimed, Write
@@ -53,7 +53,15 @@ from .leases import Leases, PollResult
 from .outcome import Outcome
 from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
-from .taskref import live_ref, ref_created, ref_host, ref_of, settle, task_ref
+from .taskref import (
+    live_ref,
+    ref_created,
+    ref_host,
+    ref_learning,
+    ref_of,
+    settle,
+    task_ref,
+)
 from .writes import WritePath
 
 if TYPE_CHECKING:
@@ -125,14 +133,27 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
 
 def preflight(config: Config) -> None:
     """Stop the crawl with one error line when its Redis cannot be reached at start."""
-    from ..connection import check_reachable
+    from .. import embedded
+    from ..connection import check_reachable, embedded_dir
     from ..defaults import REDIS_START_TIMEOUT
     from ..exceptions import EmbeddedServerError
     from ..startup import stop_at_start
 
+    # The local state (the spool, and the embedded server's data) needs a
+    # directory with a configured Redis too: found wanting mid-crawl, every
+    # failure would be lost with Scrapy's RetryMiddleware already removed.
+    directory = embedded_dir(config.embedded_dir)
+    try:
+        embedded.check_directory(directory)
+    except EmbeddedServerError as exc:
+        stop_at_start(f"the local state has no directory: {exc}")
+    if config.embedded_dir is None and embedded.user_directory_in_use(directory):
+        logger.info(
+            "scrapy-retryqueue: no scrapy.cfg in reach (as under Scrapyd); local state in %s "
+            "(RETRYQUEUE_EMBEDDED_DIR)",
+            directory,
+        )
     if config.redis_url is None:
-        from .. import embedded
-
         # Whether it can run here at all; it is started when the spider opens,
         # so that building a crawler starts no process.
         try:
@@ -153,6 +174,14 @@ def preflight(config: Config) -> None:
             "set RETRYQUEUE_START_WITHOUT_REDIS = True to crawl anyway and keep failures in "
             "the local spool until Redis answers"
         )
+
+
+def _recomputed_meta(crawler: Crawler) -> dict[str, Any]:
+    """The meta values Scrapy's middlewares set by default in this crawl: a stored
+    request does not keep them, so a later crawl's settings apply to its retry."""
+    from ..defaults import SCRAPY_META_DOWNLOAD_TIMEOUT
+
+    return {SCRAPY_META_DOWNLOAD_TIMEOUT: crawler.settings.getfloat("DOWNLOAD_TIMEOUT")}
 
 
 def runtime_if_any(crawler: Crawler) -> RetryQueueRuntime | None:
@@ -181,6 +210,7 @@ class RetryQueueRuntime:
             fingerprint=self.fingerprint,
             retry_hook=self._build_hook(self.config.retry_hook),
             cooling=self.breaker.cooling,
+            recomputed_meta=_recomputed_meta(crawler),
         )
         #: The domains cooling down (domain -> end of the cooldown, ms), read-only:
         #: a view of the breaker's dict, so empty in a healthy crawl, and a truth
@@ -194,6 +224,9 @@ class RetryQueueRuntime:
         self.closed: defer.Deferred[None] = defer.Deferred()
         #: Fires once open() has finished (connected or not); None before it starts.
         self._opening: defer.Deferred[None] | None = None
+        #: Tasks left in Redis (due or leased) as close() read them after its last
+        #: write; None when it could not (Redis down): the last poll's count stands.
+        self.pending_at_close: int | None = None
 
     def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
         """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
@@ -227,6 +260,7 @@ class RetryQueueRuntime:
                         spider.name,
                         node_id=self.config.node_id,
                         events_maxlen=self.config.events_maxlen,
+                        project=self.config.namespace,
                     )
                 )
         finally:
@@ -270,6 +304,14 @@ class RetryQueueRuntime:
                         len(leases),
                         exc,
                     )
+            if writes.queue is not None and not writes.down:
+                # What is left, read after the last write: the last poll's count
+                # misses what was acked or parked since.
+                with contextlib.suppress(Exception):
+                    counts = await maybe_deferred_to_future(
+                        writes.call(writes.queue.counts, now=now_ms())
+                    )
+                    self.pending_at_close = counts.due + counts.leased
             await writes.shutdown()
             self.reporter.close()
         finally:
@@ -420,6 +462,9 @@ class RetryQueueRuntime:
         self.reporter.notes(plan.notes)
         # The write names the lease before the lease is marked used.
         write = Write.for_task(plan.op, plan.task, plan.token, plan.now)
+        if write.token is not None and plan.ref is not None:
+            # A task's attempt failed again (or gave up): its outage lasts on.
+            write = self._learning(write, plan.ref)
         if plan.ref is not None:
             settle(plan.ref)
         if write.token is not None:
@@ -457,11 +502,23 @@ class RetryQueueRuntime:
             created=ref_created(ref),
             host=ref_host(ref),
         )
+        if not ignored:
+            write = self._learning(write, ref)
         how = "ignored" if ignored else "recovered"
         self.writes.submit(write).addCallbacks(
             lambda result: self.reporter.acked(request, ref, how, result, now),
             lambda f: self.reporter.ack_failed(ref, f.value),
         )
+
+    def _learning(self, write: Write, ref: dict[str, Any]) -> Write:
+        """*write* with the learning update of its task's outage (recovery.py), when
+        RETRYQUEUE_LEARNED_STATS is on and the outage is of a kind a policy retries."""
+        if not self.config.learned_stats:
+            return write
+        kind, prior = ref_learning(ref)
+        if not kind or kind not in self.config.policy_table.policies:
+            return write  # an internal kind (deferred, malformed...) is no outage
+        return replace(write, learn=kind, prior=prior)
 
     def release(self, request: Request) -> None:
         """Hand a re-injected request's task back, due now (its download was cancelled)."""
@@ -506,7 +563,10 @@ class RetryQueueRuntime:
             return None
         if writes.down or writes.spooled:
             return writes.recover()
-        io, token = self.leases.poll_io(queue, self.breaker.domains, last_busy=last_busy)
+        learns = callable(getattr(self.config.policy_table.backoff, "learned", None))
+        io, token = self.leases.poll_io(
+            queue, self.breaker.domains, last_busy=last_busy, learns=learns
+        )
         d = writes.call_untracked(io)
         d.addCallbacks(self._polled, self._poll_failed, errbackArgs=(token,))
         return d
@@ -523,6 +583,16 @@ class RetryQueueRuntime:
                 "due again",
                 len(result.unclaimed),
             )
+        if result.recovery is not None:
+            stats, malformed = result.recovery
+            if malformed:
+                reporter.malformed_records(malformed)
+            strategy = self.config.policy_table.backoff
+            try:
+                strategy.learned(stats)  # type: ignore[attr-defined]
+            except Exception as exc:  # a strategy's bug must not stop the polls
+                reporter.count("retryqueue/backoff_error")
+                logger.error("scrapy-retryqueue: RETRYQUEUE_BACKOFF learned() raised %r", exc)
         if result.cooling is not None:
             self.breaker.polled(result.cooling)
         if result.reclaimed:
@@ -565,16 +635,27 @@ class RetryQueueRuntime:
         try:
             task = task_from_json(raw)
             request = request_from_json(task.request, self.spider, cipher=self.config.encryption)
-        except EnvelopeError as exc:  # EncryptionKeyError is not one: it goes on up
+            return self.claimed_request(task, token, request)
+        except EncryptionKeyError:
+            raise  # not malformed: it goes on up
+        except EnvelopeError as exc:
             self._dead_letter_malformed(task_id, raw, token, exc)
             return None
-        return self.claimed_request(task, token, request)
+        except Exception as exc:
+            # The readers turn any stored value into a task or an EnvelopeError
+            # (tests/test_fuzz_entries.py); should one still escape, this task
+            # is isolated all the same, or it would stay leased and renewed by
+            # this node for as long as the crawl lasts.
+            error = EnvelopeError(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
+            self._dead_letter_malformed(task_id, raw, token, error)
+            return None
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
-        from ..defaults import META_TASK, SCRAPY_META_RETRY_TIMES
+        from ..defaults import META_TASK, SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
 
         request.meta[META_TASK] = task_ref(task, token)
+        request.meta[SCRAPY_META_DONT_CACHE] = True
         # Scrapy's count, so a callback's get_retry_request() goes on from it.
         request.meta[SCRAPY_META_RETRY_TIMES] = retries_so_far(task.attempts, request.meta)
         self.reporter.count("retryqueue/reinjected")

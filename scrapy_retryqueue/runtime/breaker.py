@@ -93,11 +93,9 @@ class DomainBreaker:
             d = self.writes.call(domains.ok, domain, now=now)
         else:
             burst = kinds.has(failure.kind, "burst")
-            if (
-                kinds.has(failure.kind, "breaker")
-                and not burst
-                and (failure.status == 429 or failure.retry_after is not None)
-            ):
+            if kinds.has(failure.kind, "breaker") and not burst:
+                # What the trait means: one such answer (a 429, a project's
+                # "soft ban") is the site asking us to stop, not a blip to count.
                 cause = "throttle"
             elif burst:
                 cause = "burst"

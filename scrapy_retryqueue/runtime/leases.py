@@ -12,10 +12,11 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import PROBE_RECHECK_MS, QUEUE_BATCH
 from ..keys import lease_prefix, lease_token
+from ..recovery import RecoveryStats, read_records
 from ..values import now_ms
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class PollResult:
     cooling: dict[str, int] | None = None
     #: Every node crawling the spider: node id -> (heartbeat ms, last busy ms).
     nodes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The learned recovery records, read when a learning strategy's refresh was
+    #: due (else None), and the fields found malformed (recovery.read_records).
+    recovery: tuple[RecoveryStats, list[str]] | None = None
     #: Tasks handed back that earlier polls whose reply was lost had claimed.
     unclaimed: list[str] = field(default_factory=list)
     #: The lease tokens of those polls, settled now.
@@ -52,6 +56,7 @@ class Leases:
         self._prefix = lease_prefix(config.node_id)
         self._serial = itertools.count()
         self._last_renew = 0.0
+        self._last_learned = float("-inf")
         #: Lease tokens of polls that failed on the way (a timeout, a lost
         #: connection): their claim may have run, leasing tasks this node never
         #: learned of. The next poll hands those back (unclaim.lua).
@@ -79,13 +84,20 @@ class Leases:
         return lease_token(self._prefix, next(self._serial))
 
     def poll_io(
-        self, queue: RedisDelayedQueue, domains: DomainCooldowns | None, *, last_busy: int
+        self,
+        queue: RedisDelayedQueue,
+        domains: DomainCooldowns | None,
+        *,
+        last_busy: int,
+        learns: bool = False,
     ) -> tuple[Callable[[], PollResult], str]:
         """The blocking part of one poll, as a function for the worker thread, and the
         lease token its claim uses (see :meth:`doubt`).
 
         What to renew and how much room there is are read now, on the reactor
-        thread; Redis is called only by the returned function.
+        thread; Redis is called only by the returned function. With *learns* (the
+        strategy learns), the recovery records are read in the heartbeat's round
+        trip once every RETRYQUEUE_LEARNED_REFRESH seconds, and decoded there.
         """
         config = self.config
         now = time.time()
@@ -99,6 +111,11 @@ class Leases:
         max_wait = config.deferral_max_wait
         max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
         doubtful = sorted(self.doubtful)
+        learned: list[Any] | None = None
+        if learns and now - self._last_learned >= config.learned_refresh:
+            learned = []
+            self._last_learned = now
+        half_life = config.learned_half_life
 
         def io() -> PollResult:
             now_ = now_ms()
@@ -118,9 +135,21 @@ class Leases:
                 deferral_max_wait_ms=max_wait_ms,
             )
             cooling = domains.cooling() if domains is not None else None
-            nodes = queue.heartbeat(now=now_, last_busy=last_busy)
+            nodes = queue.heartbeat(now=now_, last_busy=last_busy, learned=learned)
+            recovery = None
+            if learned:
+                recovery = read_records(learned[0], now=now_, half_life=half_life)
             return PollResult(
-                claimed, reclaimed, poisoned, lost, token, cooling, nodes, unclaimed, doubtful
+                claimed,
+                reclaimed,
+                poisoned,
+                lost,
+                token,
+                cooling,
+                nodes,
+                recovery,
+                unclaimed,
+                doubtful,
             )
 
         return io, token

@@ -76,8 +76,12 @@ class Planner:
         retry_hook: Callable[..., Any] | None,
         cooling: Mapping[str, int],
         rand: random.Random | None = None,
+        recomputed_meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
+        #: Meta key -> the value a Scrapy middleware sets it to by default: not
+        #: stored with that value (envelope.request_to_json).
+        self.recomputed_meta = dict(recomputed_meta or {})
         self.fingerprint = fingerprint
         self.retry_hook = retry_hook
         #: Domains cooling down (domain -> end, ms), kept current by the breaker.
@@ -113,7 +117,9 @@ class Planner:
         elif task_id is None:
             task_id = ref["id"] if ref else self.fingerprint(request)
         exhausted = False
-        if decision is None and failure.kind not in self.config.kinds:
+        known = self.config.kinds.get(failure.kind)
+        # The queue's own kinds are not a project's to raise (RetryLater("poison")).
+        if decision is None and (known is None or known.internal):
             failure, decision = self._undeclared(failure, attempts, notes)
         if decision is not None:
             if decision.retry:
@@ -132,7 +138,7 @@ class Planner:
                 request, decision = self._run_hook(request, decision, failure, policy, notes)
         error = failure.as_dict()
         try:
-            request_json = request_to_json(request, self.spider)
+            request_json = request_to_json(request, self.spider, recomputed=self.recomputed_meta)
         except EnvelopeError as exc:
             request_json = {"url": request.url, "method": request.method}
             if decision.retry:

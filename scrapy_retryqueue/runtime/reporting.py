@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 _SAY_ONCE = frozenset(
     {"retryqueue/meta_error", "retryqueue/backoff_error", "retryqueue/undeclared_kind"}
 )
+#: Distinct lines one of those stats logs in a crawl, at most.
+_SAY_ONCE_MAX = 5
 
 
 class Reporter:
@@ -54,6 +56,8 @@ class Reporter:
                 retention=config.audit_retention,
             )
         self._errors_logged: set[str] = set()
+        self._records_logged: set[str] = set()
+        self._lines_per_stat: dict[str, int] = {}
         #: Kind -> seconds each recovered task waited since its first failure.
         self._recovery_waits: dict[str, list[float]] = {}
         #: Kind -> dead-letter lines logged at their level so far; past
@@ -82,10 +86,24 @@ class Reporter:
         """The planner's notes: a stat each, an error line once per distinct message."""
         for note in notes:
             self.count(note.stat)
-            if note.error is not None and note.error not in self._errors_logged:
-                if note.stat in _SAY_ONCE:
-                    self._errors_logged.add(note.error)
-                logger.error("scrapy-retryqueue: %s", note.error)
+            if note.error is None or note.error in self._errors_logged:
+                continue
+            if note.stat in _SAY_ONCE:
+                # Distinct messages too are bounded: one that names a value (a
+                # strategy returning a new bad number each time) must not log
+                # every failure, nor grow this set without end.
+                said = self._lines_per_stat.get(note.stat, 0) + 1
+                self._lines_per_stat[note.stat] = said
+                if said > _SAY_ONCE_MAX:
+                    if said == _SAY_ONCE_MAX + 1:
+                        logger.error(
+                            "scrapy-retryqueue: more errors like the above; from now on they "
+                            "are only counted in the stat %s",
+                            note.stat,
+                        )
+                    continue
+                self._errors_logged.add(note.error)
+            logger.error("scrapy-retryqueue: %s", note.error)
 
     def planned(self, plan: Plan, outcome: Outcome, error: BaseException | None = None) -> Outcome:
         """A plan's write came back: count, log, audit and signal what it did."""
@@ -151,6 +169,20 @@ class Reporter:
                     outcome=str(outcome),
                 )
         return outcome
+
+    def malformed_records(self, fields: list[str]) -> None:
+        """Learned recovery records that do not read (recovery.py): ignored; one WARNING
+        line per field, once per crawl (a bounded number of them)."""
+        new = [f for f in fields if f not in self._records_logged]
+        self.count("retryqueue/learned/malformed", len(fields))
+        if not new or len(self._records_logged) >= 100:
+            return
+        self._records_logged.update(new)
+        logger.warning(
+            "scrapy-retryqueue: %d learned recovery record(s) are malformed and ignored: %s",
+            len(new),
+            ", ".join(ascii(f)[:80] for f in new[:5]) + (" ..." if len(new) > 5 else ""),
+        )
 
     def dead_without_request(self, kind: str, task_ids: list[str], reason: str) -> None:
         """Tasks a poll dead-lettered (poison, malformed): no request to show."""

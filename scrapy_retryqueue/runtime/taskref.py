@@ -29,6 +29,8 @@ def task_ref(task: Task, token: str) -> TaskRef:
         "attempts": dict(task.attempts),
         "first_error": task.first_error,
         "created": task.created,
+        # The previous failure: how long the outage had lasted then (recovery.py).
+        "updated": task.updated,
         "due": task.due,
         "url": task.url,
         # What the ack writes for learning (the succeeded event, the recovered
@@ -75,3 +77,17 @@ def live_ref(request: Request) -> TaskRef | None:
 def settle(ref: TaskRef) -> None:
     """Mark the lease used: the first write that names it (ack, reschedule, dead) wins."""
     ref["settled"] = True
+
+
+def ref_learning(ref: TaskRef) -> tuple[str, int | None]:
+    """What the ref's next outcome teaches the recovery records (recovery.py): the kind
+    of the task's first failure (its outage's kind) and the ms from that failure to the
+    previous one (None when not known: the outage counts from bin 0)."""
+    first = ref.get("first_error")
+    kind = first.get("kind") if isinstance(first, dict) else None
+    if not isinstance(kind, str) or not kind:
+        kind = ref.get("kind") if isinstance(ref.get("kind"), str) else ""
+    created, updated = ref_created(ref), ref.get("updated")
+    if created is None or not isinstance(updated, int) or isinstance(updated, bool):
+        return kind, None
+    return kind, max(0, updated - created)

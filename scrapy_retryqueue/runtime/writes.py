@@ -19,16 +19,20 @@ import redis
 from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
+from .. import embedded
 from ..config import redact_url
 from ..connection import client_for, embedded_dir, is_outage, queue_identity, same_queue
 from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from ..exceptions import RetryQueueError
+from ..keys import keys_for
 from ..queue import RedisDelayedQueue, Write
 from ..shutdown import ShutdownTrigger
 from ..spool import Spool, SpoolFull
 from .outcome import WRITE_OUTCOMES, Outcome
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from twisted.python.failure import Failure
 
     from ..config import Config
@@ -66,6 +70,8 @@ class WritePath:
         self._next_probe = 0.0
         #: Spooled writes replayed before Redis went away again, in this outage.
         self._replayed_while_down = 0
+        #: The embedded server's directory while this crawl holds it (embedded.hold).
+        self._held_server: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -78,12 +84,25 @@ class WritePath:
         self._pool.start()
         self._pool_stopper.arm()
         directory = embedded_dir(config.embedded_dir)
+        if config.redis_url is None:
+            # Held before it starts: a crawl of the project that ends meanwhile
+            # leaves it running for this one (embedded.hold).
+            await maybe_deferred_to_future(
+                self.call(embedded.hold, directory, keep=config.embedded_keep)
+            )
+            self._held_server = directory
         client, url = await maybe_deferred_to_future(
             self.call(client_for, config, embedded_directory=directory)
         )
         self.redis_url = url
         self.queue = RedisDelayedQueue(
-            client, spider_name, node_id=config.node_id, events_maxlen=config.events_maxlen
+            client,
+            spider_name,
+            node_id=config.node_id,
+            events_maxlen=config.events_maxlen,
+            learned_half_life=config.learned_half_life,
+            learned_max_records=config.learned_max_records,
+            project=config.namespace,
         )
         outage: BaseException | None = None
         try:
@@ -122,6 +141,8 @@ class WritePath:
             )
         if outage is not None:
             self.mark_down(outage)
+        else:
+            await self._adopt_unnamespaced(spider_name)
         logger.info(
             "scrapy-retryqueue: node %s, queue %s at %s",
             config.node_id,
@@ -129,6 +150,37 @@ class WritePath:
             redact_url(url),
         )
         return self.queue
+
+    async def _adopt_unnamespaced(self, spider_name: str) -> None:
+        """Find the spider's queue of before namespaces: moved into the project's once."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        assert self.queue is not None
+        try:
+            moved = await maybe_deferred_to_future(self.call(self.queue.adopt_unnamespaced))
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            self.mark_down(exc)
+            return
+        old = keys_for(spider_name).namespace
+        if moved > 0:
+            logger.info(
+                "scrapy-retryqueue: the queue of spider %r without a namespace (%s:*) is now "
+                "this project's (%s:*)",
+                spider_name,
+                old,
+                self.queue.keys.namespace,
+            )
+        elif moved < 0:
+            logger.warning(
+                "scrapy-retryqueue: spider %r also has a queue without a namespace (%s:*), left "
+                "alone since this project's (%s:*) exists; set RETRYQUEUE_NAMESPACE = '' to run "
+                "it (docs/redis.md)",
+                spider_name,
+                old,
+                self.queue.keys.namespace,
+            )
 
     async def flush_for_close(self) -> None:
         """Wait for every write, and try the spool once more before the crawl ends."""
@@ -148,6 +200,11 @@ class WritePath:
         self.left_in_spool = self.spool.close() if self.spool is not None else 0
         if self.queue is not None:
             await maybe_deferred_to_future(self.call(self.queue.client.close))
+        if self._held_server is not None:
+            directory, self._held_server = self._held_server, None
+            await maybe_deferred_to_future(
+                self.call(embedded.let_go, directory, keep=self.config.embedded_keep)
+            )
         self._pool_stopper.disarm()
         if self._pool is not None:
             self._pool.stop()

@@ -48,16 +48,21 @@ def applicable(action: str, filters: Filters) -> Filters:
 class _Queues:
     """One queue per spider, made on first use."""
 
-    def __init__(self, client: Any, *, node_id: str, events_maxlen: int) -> None:
+    def __init__(self, client: Any, *, node_id: str, events_maxlen: int, project: str) -> None:
         self.client = client
         self.node_id = node_id
         self.events_maxlen = events_maxlen
+        self.project = project
         self._queues: dict[str, RedisDelayedQueue] = {}
 
     def __call__(self, spider: str) -> RedisDelayedQueue:
         if spider not in self._queues:
             self._queues[spider] = RedisDelayedQueue(
-                self.client, spider, node_id=self.node_id, events_maxlen=self.events_maxlen
+                self.client,
+                spider,
+                node_id=self.node_id,
+                events_maxlen=self.events_maxlen,
+                project=self.project,
             )
         return self._queues[spider]
 
@@ -104,13 +109,15 @@ def requeue(
     keep_budget: bool = False,
     limit: int | None = None,
     on_chunk: OnChunk | None = None,
+    project: str = "",
 ) -> Requeued:
     """Put the matching dead letters (at most *limit*) back in their spiders' queues, due now.
 
     A fresh budget unless *keep_budget*; the row goes back to ``waiting`` and
-    its death is appended to its ``history``, so nothing of it is lost.
+    its death is appended to its ``history``, so nothing of it is lost. *project*
+    is the namespace of the spiders' keys (Config.namespace).
     """
-    queues = _Queues(client, node_id=node_id, events_maxlen=events_maxlen)
+    queues = _Queues(client, node_id=node_id, events_maxlen=events_maxlen, project=project)
     result = Requeued()
     for rows in chunks(store, filters, _REQUEUE_COLUMNS, limit=limit):
         if on_chunk is not None:
@@ -203,24 +210,42 @@ class Changed:
 
 
 def retry_now(
-    store: Store, client: Any, filters: Filters, *, node_id: str, events_maxlen: int
+    store: Store,
+    client: Any,
+    filters: Filters,
+    *,
+    node_id: str,
+    events_maxlen: int,
+    project: str = "",
 ) -> Changed:
     """Make the matching waiting tasks due now."""
-    return _queue_op(store, client, filters, "retry_now", node_id, events_maxlen)
+    return _queue_op(store, client, filters, "retry_now", node_id, events_maxlen, project)
 
 
 def cancel(
-    store: Store, client: Any, filters: Filters, *, node_id: str, events_maxlen: int
+    store: Store,
+    client: Any,
+    filters: Filters,
+    *,
+    node_id: str,
+    events_maxlen: int,
+    project: str = "",
 ) -> Changed:
     """Remove the matching live tasks (waiting or leased) from the queue for good."""
-    return _queue_op(store, client, filters, "cancel", node_id, events_maxlen)
+    return _queue_op(store, client, filters, "cancel", node_id, events_maxlen, project)
 
 
 def _queue_op(
-    store: Store, client: Any, filters: Filters, op: str, node_id: str, events_maxlen: int
+    store: Store,
+    client: Any,
+    filters: Filters,
+    op: str,
+    node_id: str,
+    events_maxlen: int,
+    project: str,
 ) -> Changed:
     c = tasks_table.c
-    queues = _Queues(client, node_id=node_id, events_maxlen=events_maxlen)
+    queues = _Queues(client, node_id=node_id, events_maxlen=events_maxlen, project=project)
     result = Changed()
     for rows in chunks(store, filters, (c.spider, c.task_id)):
         by_spider: dict[str, list[str]] = {}

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..config import redact_url
 from ..exceptions import RetryQueueError
+from ..files import open_private, private_dir, private_file
 from .models import SCHEMA_HEAD, VERSION_TABLE, tasks_table
 
 if TYPE_CHECKING:
@@ -157,7 +158,12 @@ def make_engine(url: str) -> Engine:
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # Dead letters hold requests, secrets too: the user's only. SQLite
+            # gives its -wal and -shm files the database file's mode.
+            path = Path(parsed.database)
+            if not path.parent.exists():
+                private_dir(path.parent)
+            private_file(path)
         kwargs["connect_args"] = {"timeout": 30}
     else:
         kwargs["connect_args"] = {
@@ -372,7 +378,7 @@ class Store:
                     conn.commit()
         elif self.dialect == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
             lock_path = Path(f"{self.engine.url.database}.lock")
-            with open(lock_path, "a+") as lock:
+            with open_private(lock_path, "a+") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
                     yield

@@ -1,5 +1,5 @@
-"""The store writer's own Redis side: its consumer group on the events stream, and
-the removal of dead letters once the store holds them.
+"""The store writer's own Redis side: the spiders with events, its consumer group on
+their events streams, and the removal of dead letters once the store holds them.
 
 Only the store writer uses it: it reads and acknowledges events through the
 ``store`` consumer group and deletes stored dead letters with its own script
@@ -24,11 +24,12 @@ from ..values import as_text
 Entry = tuple[Any, Any]
 
 
-def spiders_with_streams(client: redis.Redis | Any) -> set[str]:
-    """The spiders that have an events stream in Redis (every node of a cluster)."""
+def spiders_with_streams(client: redis.Redis | Any, project: str = "") -> set[str]:
+    """The spiders of *project* ("": keys without a namespace) that have an events
+    stream in Redis (every node of a cluster)."""
     found = set()
-    for key in client.scan_iter(match=scan_pattern("events"), count=1000):
-        spider = spider_of(key)
+    for key in client.scan_iter(match=scan_pattern("events", project), count=1000):
+        spider = spider_of(key, project)
         if spider is not None:
             found.add(spider)
     return found
@@ -49,10 +50,11 @@ class EventStream:
         *,
         consumer: str,
         group: str = STORE_CONSUMER_GROUP,
+        project: str = "",
     ) -> None:
         self.client = client
         self.spider = spider
-        self.keys: Keys = keys_for(spider)
+        self.keys: Keys = keys_for(spider, project)
         self.consumer = consumer
         self.group = group
         self._forget = client.register_script(load_script("forget_dead"))

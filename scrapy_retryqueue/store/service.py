@@ -9,7 +9,8 @@ out an unreachable database or Redis with a capped backoff, logging once per
 outage and once when it is back. :meth:`WriterService.flush` writes what is
 left within a deadline (a closing crawl).
 
-It knows nothing of Scrapy or Twisted: the caller runs :meth:`~WriterService.run`
+It uses neither Scrapy's engine nor Twisted (the pure modules it shares with
+the crawl import parts of Scrapy's library): the caller runs :meth:`~WriterService.run`
 in a thread of its choice, copies :class:`Counters` into its own stats, and
 calls :meth:`~WriterService.stop` (finish the batch in hand) or
 :meth:`~WriterService.force` (end every wait at once).
@@ -98,6 +99,7 @@ def event_sync(
     *,
     consumer: str,
     stats: Forward | None = None,
+    project: str = "",
 ) -> EventSync:
     """The writer of one spider's events, tuned by the store's settings: the one place
     an :class:`~.sync.EventSync` is made (crawls, ``scrapy deadletters sync``, the
@@ -110,6 +112,7 @@ def event_sync(
         batch_size=config.batch_size,
         claim_idle=config.claim_idle,
         stats=stats,
+        project=project,
     )
 
 
@@ -153,8 +156,11 @@ class WriterService:
         rescan: float = STORE_WRITER_RESCAN,
         counters: Counters | None = None,
         announce: bool = True,
+        project: str = "",
     ) -> None:
         self.config = config
+        #: The namespace of the spiders' keys (RETRYQUEUE_NAMESPACE); "" for none.
+        self.project = project
         self.consumer = consumer
         self.counters = counters if counters is not None else Counters()
         self.database_url = database_url
@@ -278,7 +284,9 @@ class WriterService:
             try:
                 stream = served.sync.stream
                 left[spider] = stream.pending_count() + (stream.lag() or 0)
-            except (redis.RedisError, OSError):
+            except Exception as exc:
+                if not transient(exc):  # a cluster out of reach is one too (is_outage)
+                    raise
                 left[spider] = None
         return left
 
@@ -308,7 +316,9 @@ class WriterService:
             for spider in self._named:
                 self._serve(spider)
         elif time.monotonic() >= self._next_scan:
-            for spider in sorted(spiders_with_streams(self.client) - set(self._served)):
+            for spider in sorted(
+                spiders_with_streams(self.client, self.project) - set(self._served)
+            ):
                 self._serve(spider)
             self._next_scan = time.monotonic() + self._rescan
 
@@ -323,6 +333,7 @@ class WriterService:
             self.config,
             consumer=self.consumer,
             stats=self.counters.inc,
+            project=self.project,
         )
         self._served[spider] = _Served(sync)
         if self._named is None:

@@ -13,7 +13,6 @@ Blocking: the store's writer service (store/service.py) runs it in a thread of i
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import queue
@@ -28,7 +27,6 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.exc import DBAPIError
 
 from ..defaults import STORE_SETTINGS
-from ..envelope import malformed_envelope
 from ..events import DEAD, ID, KIND, TS, TYPE
 from ..values import now_ms
 from .db import Store, describe_db_error, is_connection_error
@@ -89,9 +87,10 @@ class EventSync:
         batch_size: int = STORE_SETTINGS["RETRYQUEUE_STORE_BATCH_SIZE"],
         claim_idle: float = STORE_SETTINGS["RETRYQUEUE_STORE_CLAIM_IDLE"],
         stats: Stats | None = None,
+        project: str = "",
     ) -> None:
         self.store = store
-        self.stream = EventStream(client, spider, consumer=consumer)
+        self.stream = EventStream(client, spider, consumer=consumer, project=project)
         self.spider = spider
         self.batch_size = batch_size
         self.claim_idle_ms = int(claim_idle * 1000)
@@ -101,8 +100,8 @@ class EventSync:
         self._pending_cursor = "0"
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
-        #: Malformed dead letters already reported: (task id, time of death).
-        self._malformed_seen: set[tuple[str, float]] = set()
+        #: Malformed entries already reported (a dead letter: its id and time of death).
+        self._malformed_seen: set[Any] = set()
 
     def inc(self, name: str, value: int = 1) -> None:
         if self._stats is not None and value:
@@ -226,10 +225,21 @@ class EventSync:
         wanted_dead = list(dict.fromkeys(e.task_id for e in events if e.type in ENVELOPE_FROM_DEAD))
         raw_tasks, raw_dead = self.stream.envelopes(wanted_tasks, wanted_dead)
         envelopes: dict[tuple[str, str, str], Any] = {}
-        for task_id, raw in zip(wanted_tasks, raw_tasks, strict=True):
-            envelopes[(self.spider, "tasks", task_id)] = parse_envelope(raw)
-        for task_id, raw in zip(wanted_dead, raw_dead, strict=True):
-            envelopes[(self.spider, "dead", task_id)] = parse_envelope(raw)
+        keys = self.stream.keys
+        for source, key, wanted, raws in (
+            ("tasks", keys.tasks, wanted_tasks, raw_tasks),
+            ("dead", keys.deadtasks, wanted_dead, raw_dead),
+        ):
+            for task_id, raw in zip(wanted, raws, strict=True):
+                doc = parse_envelope(raw, task_id=task_id, node=self.stream.consumer)
+                if doc is not None and doc.problem is not None:
+                    what = "task" if source == "tasks" else "dead letter"
+                    self._report_malformed(
+                        (source, task_id, raw),
+                        f"{what} {shown_id(task_id)} in {key} is malformed ({doc.problem}); "
+                        "its row keeps its value as a malformed envelope",
+                    )
+                envelopes[(self.spider, source, task_id)] = doc
         return build_batch(events, envelopes)
 
     def drain(self, *, deadline: float | None = None, ahead: int = 2) -> StepResult:
@@ -306,10 +316,9 @@ class EventSync:
                 problem = unstorable_dead_letter(task_id, score)
                 if problem is not None:
                     self._report_malformed(
-                        task_id,
-                        score,
-                        f"in {self.stream.keys.dead} cannot be stored ({problem}); "
-                        "it stays there, for a person to look at",
+                        (task_id, score),
+                        f"dead letter {shown_id(task_id)} in {self.stream.keys.dead} cannot be "
+                        f"stored ({problem}); it stays there, for a person to look at",
                     )
                     continue
                 doc = self._swept_envelope(task_id, score, raw)
@@ -324,24 +333,16 @@ class EventSync:
         return stored
 
     def _swept_envelope(self, task_id: str, score: float, raw: Any) -> EnvelopeDoc | None:
-        """A swept dead letter's envelope; one that is not a JSON object is kept
-        in the wrapper of a malformed task (its value as text, or base64)."""
-        if raw is None:
-            return None
-        try:
-            doc = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-            error = None if isinstance(doc, dict) else "envelope must be a JSON object"
-        except ValueError as exc:  # UnicodeDecodeError too
-            error = f"envelope is not JSON: {exc}"
-        if error is not None:
+        """A swept dead letter's envelope; one that is not a sound JSON object is
+        kept in the wrapper of a malformed task (its value as text, or base64)."""
+        doc = parse_envelope(raw, task_id=task_id, node=self.stream.consumer)
+        if doc is not None and doc.problem is not None:
             self._report_malformed(
-                task_id,
-                score,
-                f"in {self.stream.keys.deadtasks} is malformed ({error}); stored as a "
-                "malformed dead letter that keeps its value",
+                (task_id, score),
+                f"dead letter {shown_id(task_id)} in {self.stream.keys.deadtasks} is malformed "
+                f"({doc.problem}); stored as a malformed dead letter that keeps its value",
             )
-            raw = malformed_envelope(task_id, raw, error, self.stream.consumer)
-        return parse_envelope(raw)
+        return doc
 
     def _store_swept(self, deaths: list[tuple[str, int, EnvelopeDoc | None, Any]]) -> int:
         """Write (task id, time of death, envelope, dead kind) dead letters; remove
@@ -353,9 +354,17 @@ class EventSync:
             swept.append(Event("0-0", self.spider, fields))
             envelopes[(self.spider, "dead", task_id)] = doc
         batch = build_batch(swept, envelopes)
+        rows = batch.generations[0]
         table = self.store.table
-        with self.store.begin() as conn:
-            conn.execute(sweep_statement(conn.dialect.name), batch.generations[0])
+        try:
+            with self.store.begin() as conn:
+                conn.execute(sweep_statement(conn.dialect.name), rows)
+        except DBAPIError as exc:
+            if is_connection_error(exc):
+                raise
+            # One row the database refuses must not keep the others in Redis.
+            self._sweep_row_by_row(rows, deaths)
+        with self.store.connect() as conn:
             recorded = conn.execute(
                 select(table.c.task_id, table.c.finished_at).where(
                     and_(
@@ -369,13 +378,30 @@ class EventSync:
         done = [(t, ts) for t, ts, _, _ in deaths if finished.get(t, -1) >= ts]
         return self.stream.forget_dead(done)
 
-    def _report_malformed(self, task_id: str, score: float, what: str) -> None:
+    def _sweep_row_by_row(self, rows: list[dict[str, Any]], deaths: list[Any]) -> None:
+        scores = {task_id: ts for task_id, ts, _, _ in deaths}
+        for row in rows:
+            try:
+                with self.store.begin() as conn:
+                    conn.execute(sweep_statement(conn.dialect.name), [row])
+            except DBAPIError as exc:
+                if is_connection_error(exc):
+                    raise
+                task_id = row["task_id"]
+                self._report_malformed(
+                    (task_id, scores.get(task_id)),
+                    f"dead letter {shown_id(task_id)} in {self.stream.keys.dead} is refused by "
+                    f"the store ({describe_db_error(exc)}); it stays there, for a person to "
+                    "look at",
+                )
+
+    def _report_malformed(self, seen: Any, line: str) -> None:
         # Once per writer: the sweep meets a dead letter left in Redis every time.
-        if (task_id, score) in self._malformed_seen:
+        if seen in self._malformed_seen:
             return
-        self._malformed_seen.add((task_id, score))
+        self._malformed_seen.add(seen)
         self.inc("malformed")
-        logger.error("scrapy-retryqueue: dead letter %s %s", shown_id(task_id), what)
+        logger.error("scrapy-retryqueue: %s", line)
 
 
 def dead_kind_of(stored: Any, doc: Any) -> str:

@@ -41,7 +41,10 @@ from sqlalchemy.exc import DBAPIError
 
 from .. import events as lifecycle
 from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES
+from ..envelope import malformed_envelope, read_document
+from ..exceptions import EnvelopeError
 from ..kinds import BUILTIN_TABLE
+from ..taskinfo import host_of
 from .models import UTCDateTime, tasks_table
 
 #: Event type → task status (types without one, ``domain``, are no rows).
@@ -97,11 +100,6 @@ class Event(lifecycle.Event):
         self.spider = spider
 
 
-def _lenient_text(value: Any) -> str:
-    # Not values.as_text: one entry that is not UTF-8 must not stop the stream.
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def parse_entries(spider: str, entries: Iterable[tuple[Any, Any]]) -> list[Event]:
     """Stream entries ``(id, {field: value})`` as Events (a claim's entry is one
     per task); deleted entries are skipped, and one that is no event this
@@ -127,25 +125,33 @@ def ms_to_datetime(ms: int | None) -> datetime | None:
 class EnvelopeDoc(dict[str, Any]):
     """A parsed envelope that remembers its JSON text (written to the store as is)."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("problem", "raw")
 
-    def __init__(self, doc: dict[str, Any], raw: str) -> None:
+    def __init__(self, doc: dict[str, Any], raw: str, problem: str | None = None) -> None:
         super().__init__(doc)
         self.raw = raw
+        #: Why the stored value was malformed (it is kept in a malformed
+        #: task's wrapper, see :func:`parse_envelope`); None for a sound one.
+        self.problem = problem
 
 
-def parse_envelope(raw: str | bytes | None) -> EnvelopeDoc | None:
-    """An envelope as a dict, leniently: a malformed one is kept as ``{"raw": text}``."""
+def parse_envelope(
+    raw: str | bytes | None, *, task_id: str = "", node: str = ""
+) -> EnvelopeDoc | None:
+    """An envelope as a dict. One that is no sound JSON object (not UTF-8, not
+    JSON, NaN or Infinity, a lone surrogate, nested too deep: what the crawl's
+    reader refuses, and what a database may refuse) is kept as the crawl keeps
+    a malformed task, its stored value as text or base64, and says why in
+    ``problem``. Nothing else is raised, whatever *raw* is."""
     if raw is None:
         return None
-    text = _lenient_text(raw)
     try:
-        doc = json.loads(text)
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        doc = {"raw": text}
-        text = _dumps(doc)
+        doc = read_document(raw)
+    except EnvelopeError as exc:
+        text = malformed_envelope(task_id, raw if isinstance(raw, (str, bytes)) else repr(raw),
+                                  str(exc), node)  # fmt: skip
+        return EnvelopeDoc(json.loads(text), _clean_json(text), problem=str(exc))
+    text = raw.decode() if isinstance(raw, bytes) else raw
     return EnvelopeDoc(doc, _clean_json(text))
 
 
@@ -159,17 +165,22 @@ def _clean_json(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
+#: Integers outside SQL's BIGINT are none: SQLite's driver raises OverflowError
+#: for them, which is no database error and would stop the writer.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+
+
 def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, str):
         # Not isdigit(): it accepts "²", which int() refuses; an envelope is input.
         try:
-            return int(value.strip())
+            value = int(value.strip()) if len(value) <= 40 else None
         except ValueError:
             return None
+    if isinstance(value, int) and _INT_MIN <= value <= _INT_MAX:
+        return value
     return None
 
 
@@ -180,18 +191,9 @@ def _str(value: Any, limit: int) -> str | None:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
-_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?(\[[^\]]*\]|[^/?#:]*)")
-
-
 def domain_of(url: str | None) -> str | None:
-    """The host of *url*, lower case (what ``urlsplit(url).hostname`` gives)."""
-    if not url:
-        return None
-    match = _HOST.match(url)
-    if match is None:
-        return None
-    host = match.group(1).strip("[]").lower()
-    return host[:255] or None
+    """The host of *url* as the crawl's breaker names it (taskinfo.host_of)."""
+    return host_of(url)[:255] or None if url else None
 
 
 def _budget(value: Any) -> int | None:
@@ -226,7 +228,7 @@ def envelope_columns(doc: Mapping[str, Any], *, kind: str | None) -> dict[str, A
     if isinstance(attempts, dict):
         clean = {str(k): v for k, v in attempts.items() if _int(v) is not None}
         row["attempts"] = _dumps(clean)
-        row["attempts_total"] = sum(int(v) for v in clean.values())
+        row["attempts_total"] = _int(sum(_int(v) or 0 for v in clean.values()))
     for which in ("first_error", "last_error"):
         error = doc.get(which)
         if isinstance(error, dict):

@@ -155,7 +155,7 @@
     }
     document.getElementById("t-success_rate").textContent = percent(t.success_rate);
     document.getElementById("t-rate-detail").textContent =
-      fmt(t.recovered) + " recovered / " + fmt(t.recovered + t.dead) + " finished";
+      fmt(t.recovered) + " recovered / " + fmt(t.recovered + t.given_up) + " retried";
     const notes = document.getElementById("notes");
     notes.replaceChildren(...data.notes.map((n) => el("li", n)));
     drawChart(data.chart);

@@ -1,0 +1,432 @@
+"""Learned recovery times: the records the scripts keep (recovery.py) and LearnedBackoff."""
+
+from __future__ import annotations
+
+import random
+import re
+from importlib import resources
+from typing import Any
+
+import pytest
+import redis
+
+from scrapy_retryqueue.backoff import BackoffContext, ExponentialBackoff
+from scrapy_retryqueue.classify import FailureInfo
+from scrapy_retryqueue.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
+from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.learned import LearnedBackoff
+from scrapy_retryqueue.policy import Policy, PolicyTable
+from scrapy_retryqueue.probing import Schedule
+from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.recovery import (
+    EDGES,
+    Curve,
+    Record,
+    RecoveryStats,
+    bin_of,
+    decode_record,
+    empty_record,
+    field_name,
+    observation,
+    read_records,
+)
+
+POLICY = Policy(
+    retry=True, base_delay=2.0, multiplier=2.0, max_delay=300.0, max_retries=9, jitter="equal"
+)
+HALF_LIFE = 3600.0
+
+
+def outages(durations: list[float], *, censored: list[float] = (), now: int = 0) -> Record:
+    """A record as the scripts leave it after these outages (one outcome each)."""
+    record = empty_record(now)
+    for d in durations:
+        # Known to have ended at d (not between a failure and a success).
+        record = record.add(*observation(None, int(d * 1000)), True, now=now, half_life=HALF_LIFE)
+    for d in censored:
+        record = record.add(*observation(None, int(d * 1000)), False, now=now, half_life=HALF_LIFE)
+    return record
+
+
+def ctx(**fields: Any) -> BackoffContext:
+    values: dict[str, Any] = {
+        "kind": "server_error",
+        "attempt": 0,
+        "policy": POLICY,
+        "domain": "a.example",
+        "retry_after": None,
+        "since_first": 0.0,
+        "rand": random.Random(1).random,
+    }
+    values.update(fields)
+    return BackoffContext(**values)
+
+
+def test_bins_are_half_octaves_and_every_duration_has_one() -> None:
+    assert bin_of(0) == bin_of(0.49) == 0
+    assert bin_of(0.5) == 1 and bin_of(0.71) == 2 and bin_of(1.0) == 3
+    assert bin_of(float("nan")) == 0 and bin_of(1e12) == RECOVERY_BINS - 1
+    for b in range(1, RECOVERY_BINS):
+        assert bin_of(EDGES[b] * 1.0001) == b
+
+
+def test_a_task_counts_once_per_bin_however_often_it_fails() -> None:
+    # Failed at 0, again at 3 s and 20 s, recovered at 50 s.
+    record = empty_record()
+    prior = None
+    for wait, recovered in ((3000, False), (20000, False), (50000, True)):
+        record = record.add(
+            *observation(prior, wait, recovered), recovered, now=0, half_life=HALF_LIFE
+        )
+        prior = wait
+    # Its outage ended between 20 s and 50 s: the recovery is dated at 35 s.
+    assert record.at_risk == [1.0] * (bin_of(35) + 1)
+    assert record.recovered[bin_of(35)] == 1 and sum(record.recovered) == 1
+
+
+def test_survival_and_the_next_time_follow_the_outages_seen() -> None:
+    stats = RecoveryStats({("server_error", "a.example"): outages([10.0] * 50 + [100.0] * 50)})
+    curve = stats.curve("server_error", "a.example")
+    assert curve is not None and curve.outages == 100
+    assert curve.survival(5) == pytest.approx(1.0)
+    assert curve.survival(20) == pytest.approx(0.5)
+    assert curve.survival(200) == pytest.approx(0.0)
+    # Half are over by ~10 s; once 20 s have passed, only the 100 s ones are left.
+    assert 8 <= curve.next_time(0, 0.5) <= 14
+    assert 70 <= curve.next_time(20, 0.5) <= 140
+    # Nothing seen lasting past 200 s: the curve says nothing.
+    assert curve.next_time(200, 0.5) is None
+
+
+def test_censored_outages_keep_the_curve_open() -> None:
+    curve = RecoveryStats({("t", "d"): outages([10.0] * 10, censored=[500.0] * 10)}).curve("t", "d")
+    assert curve is not None
+    assert curve.survival(1000) == pytest.approx(0.5)
+
+
+def test_weights_halve_every_half_life() -> None:
+    record = outages([10.0] * 8, now=0)
+    assert record.decayed(int(HALF_LIFE * 1000), HALF_LIFE).at_risk[0] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "x 1 0",
+        "5 1",
+        "5 -1 0",
+        "5 nan 0",
+        "5 inf 0",
+        "5 1 2",  # more recoveries than tasks at risk
+        "5 " + "1 0 " * (RECOVERY_BINS + 1),
+        "5 " + "1" * 5000 + " 0",
+    ],
+)
+def test_a_record_not_written_by_the_scripts_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError):
+        decode_record(raw)
+
+
+def test_malformed_records_are_isolated_not_fatal() -> None:
+    good = outages([1.0] * 30).encode()
+    stats, malformed = read_records(
+        {
+            b"server_error a.example": good,
+            b"server_error b.example": b"\xff junk",
+            b"nospace": good,
+        },
+        now=0,
+        half_life=HALF_LIFE,
+    )
+    assert list(stats.records) == [("server_error", "a.example")]
+    assert sorted(malformed) == ["nospace", "server_error b.example"]
+
+
+# -- LearnedBackoff ---------------------------------------------------------------------
+
+
+def learned(records: dict[tuple[str, str], Record], **kwargs: Any) -> LearnedBackoff:
+    strategy = LearnedBackoff(**kwargs)
+    strategy.learned(RecoveryStats(records))
+    return strategy
+
+
+def test_without_data_it_is_the_policys_backoff_within_the_bounds() -> None:
+    strategy = learned({})
+    for attempt in range(8):
+        c = ctx(attempt=attempt, rand=random.Random(attempt).random)
+        expected = ExponentialBackoff().delay(
+            ctx(attempt=attempt, rand=random.Random(attempt).random)
+        )
+        delay, reason = strategy.delay_and_reason(c)
+        assert delay == max(expected, POLICY.base_delay)
+        assert "no outages seen" in reason and "policy backoff" in reason
+
+
+def test_too_few_outages_fall_back_to_the_kind_on_other_domains() -> None:
+    few = outages([100.0] * 3)
+    many = outages([40.0] * 40)
+    strategy = learned({("server_error", "a.example"): few, ("server_error", "b.example"): many})
+    delay, reason = strategy.delay_and_reason(ctx(domain="a.example"))
+    assert "server_error on all domains" in reason
+    assert 30 <= delay <= 70
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_bounds_hold_whatever_was_learned(seed: int) -> None:
+    rng = random.Random(seed)
+    durations = [rng.lognormvariate(rng.uniform(-1, 7), rng.uniform(0.2, 2)) for _ in range(60)]
+    censored = [rng.uniform(0, 5000) for _ in range(rng.randrange(20))]
+    strategy = learned({("server_error", "a.example"): outages(durations, censored=censored)})
+    for _ in range(20):
+        retry_after = rng.choice([None, rng.uniform(0, 400)])
+        c = ctx(
+            attempt=rng.randrange(6),
+            since_first=rng.choice([0.0, rng.uniform(0, 3000)]),
+            retry_after=retry_after,
+            rand=rng.random,
+        )
+        delay = strategy.delay(c)
+        assert delay >= POLICY.base_delay
+        if retry_after is not None:
+            assert delay >= retry_after
+        assert delay <= max(POLICY.max_delay, retry_after or 0)
+
+
+def test_a_fast_domain_is_retried_sooner_and_a_slow_one_later_than_exponential() -> None:
+    strategy = learned(
+        {
+            ("server_error", "fast.example"): outages([3.0] * 25 + [6.0] * 25),
+            ("server_error", "slow.example"): outages([150.0] * 50),
+        }
+    )
+    exponential = ExponentialBackoff()
+    # The third retry of the fast site: 5 s gone, exponential waits 4 to 8 s more;
+    # what is left of its outages ends by 8 s.
+    fast = ctx(domain="fast.example", attempt=2, since_first=5.0)
+    assert strategy.delay(fast) < exponential.delay(replace_rand(fast, 0.0))
+    slow = ctx(domain="slow.example", attempt=0, since_first=0.0)
+    delay, reason = strategy.delay_and_reason(slow)
+    assert delay > exponential.delay(replace_rand(slow, 0.999))
+    assert "slow.example" in reason and "50 outages" in reason
+
+
+def replace_rand(c: BackoffContext, value: float) -> BackoffContext:
+    from dataclasses import replace
+
+    return replace(c, rand=lambda: value)
+
+
+def test_the_reason_reaches_the_decision() -> None:
+    strategy = learned({("server_error", "a.example"): outages([40.0] * 40)})
+    table = PolicyTable(
+        {"server_error": POLICY, "unknown": POLICY}, {}, retry_after_max=3600, backoff=strategy
+    )
+    decision = table.decide(
+        FailureInfo("server_error", "HttpStatus", "503"), {}, domain="a.example"
+    )
+    assert decision.retry and decision.reason.startswith("server_error: retry 1 of 9; learned:")
+    assert f"waits {decision.delay:.1f}s" in decision.reason
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"attempt_cost": 0},
+        {"attempt_cost": -1},
+        {"attempt_cost": float("inf")},
+        {"attempt_cost": True},
+        {"min_outages": 0},
+        {"min_outages": float("nan")},
+    ],
+)
+def test_bad_settings_are_one_clear_error(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="RETRYQUEUE_LEARNED_"):
+        LearnedBackoff(**kwargs)
+
+
+# -- the scripts ------------------------------------------------------------------------
+
+
+def test_the_scripts_keep_the_record_as_recovery_py_says(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: Any
+) -> None:
+    t0 = 1_700_000_000_000
+    field = field_name("server_error", "example.com")
+    expected = empty_record()
+    prior: int | None = None
+    for n, (wait, op) in enumerate(
+        [(3000, "reschedule"), (20000, "reschedule"), (50000, "ack"), (90000, "deadletter")]
+    ):
+        task = make_task("t" if n < 3 else "u", created=t0, updated=t0, due=t0)
+        if n in (0, 3):
+            assert queue.schedule(task, now=t0)
+            prior = None
+        assert [
+            i
+            for i, _ in queue.claim(
+                now=t0 + wait, limit=1, lease_until=t0 + 10**7, token=f"k{n}"
+            ).tasks
+        ]
+        now = t0 + wait
+        if op == "ack":
+            write = Write(
+                "ack",
+                task.id,
+                now,
+                f"k{n}",
+                kind="server_error",
+                url=task.url,
+                created=t0,
+                host="example.com",
+                learn="server_error",
+                prior=prior,
+            )
+        else:
+            write = Write.for_task(op, task, f"k{n}", now)
+            write = Write(
+                **{
+                    **{f: getattr(write, f) for f in write.__slots__},
+                    "learn": "server_error",
+                    "prior": prior,
+                }
+            )
+        assert queue.apply([write]) == [True]
+        expected = expected.add(
+            *observation(prior, wait, op == "ack"),
+            op == "ack",
+            now=now,
+            half_life=queue.learned_half_life_ms / 1000,
+        )
+        prior = wait
+    stored = redis_client.hget(queue.keys.recovery, field)
+    assert stored is not None and stored.decode() == expected.encode()
+
+
+def test_the_scripts_start_a_hostile_record_over_and_keep_at_most_max_records(
+    redis_client: redis.Redis, spider_name: str, make_task: Any
+) -> None:
+    queue = RedisDelayedQueue(redis_client, spider_name, node_id="n", learned_max_records=2)
+    t0 = 1_700_000_000_000
+    keys = queue.keys
+    redis_client.hset(keys.recovery, "server_error a.example", "1e999 nan " + "9" * 5000)
+    redis_client.hset(keys.recovery, "server_error b.example", "1 2 3")
+    for i, host in enumerate(["a.example", "b.example", "c.example"]):
+        task = make_task(f"x{i}", url=f"https://{host}/p", created=t0, updated=t0, due=t0)
+        assert queue.schedule(task, now=t0)
+        assert queue.claim(now=t0, limit=1, lease_until=t0 + 10**7, token="k").tasks
+        write = Write(
+            "ack",
+            task.id,
+            t0 + 4000,
+            "k",
+            kind="server_error",
+            url=task.url,
+            created=t0,
+            host=host,
+            learn="server_error",
+        )
+        assert queue.apply([write]) == [True]
+    raw = redis_client.hgetall(keys.recovery)
+    fresh = empty_record().add(
+        *observation(None, 4000, True), True, now=t0 + 4000, half_life=HALF_LIFE
+    )
+    assert set(raw) == {b"server_error a.example", b"server_error b.example"}
+    assert raw[b"server_error a.example"].decode() == fresh.encode()
+    assert raw[b"server_error b.example"].decode() == fresh.encode()
+
+
+# -- the scripts' copies of the record's limits -----------------------------------------
+
+LEARNING_SCRIPTS = ("ack.lua", "reschedule.lua", "deadletter.lua")
+
+
+def _learn_function(script: str) -> str:
+    source = (resources.files("scrapy_retryqueue") / "lua" / script).read_text("utf-8")
+    match = re.search(r"^local function learn\(.*?^end$", source, re.M | re.S)
+    assert match, f"{script} has no learn function"
+    return match.group(0)
+
+
+@pytest.mark.parametrize("script", LEARNING_SCRIPTS)
+def test_the_scripts_spell_the_records_limits_as_defaults_py_does(script: str) -> None:
+    source = (resources.files("scrapy_retryqueue") / "lua" / script).read_text("utf-8")
+    code = _learn_function(script)
+    # Longer than RECOVERY_RECORD_MAX characters: started over.
+    assert re.findall(r"#raw <= (\d+)", code) == [str(RECOVERY_RECORD_MAX)]
+    # More numbers than "<updated>" and RECOVERY_BINS pairs: started over.
+    assert re.findall(r"count > (\d+)", code) == [str(2 * RECOVERY_BINS + 1)]
+    # The header says the same numbers.
+    assert f"RECOVERY_RECORD_MAX ({RECOVERY_RECORD_MAX})" in source
+    assert f"RECOVERY_BINS ({RECOVERY_BINS})" in source
+
+
+def test_the_three_scripts_learn_alike() -> None:
+    # The same code but for the recovery hash's place in each script's KEYS.
+    first, *others = (
+        re.sub(r"KEYS\[\d+\]", "KEYS[recovery]", _learn_function(script))
+        for script in LEARNING_SCRIPTS
+    )
+    assert all(other == first for other in others)
+
+
+# -- the schedule (probing.py) ----------------------------------------------------------
+
+
+def _curve(durations: list[float]) -> Curve:
+    curve = RecoveryStats({("k", "d"): outages(durations)}).curve("k", "d")
+    assert curve is not None
+    return curve
+
+
+def test_the_integral_of_the_survival_is_exact() -> None:
+    curve = _curve([10.0] * 50 + [100.0] * 50)
+    plan = Schedule(curve, base=2, latest=300, depth=3, cost=5, dead_cost=3600)
+    for t in (0.3, 4.0, 11.0, 50.0, 150.0):
+        steps = 4000
+        numeric = sum(curve.survival((i + 0.5) * t / steps) for i in range(steps)) * t / steps
+        assert plan.integral(t) == pytest.approx(numeric, rel=1e-6, abs=1e-6)
+    # Every outage seen was over by 128 s: nothing more accrues past it.
+    assert plan.integral(10_000.0) == pytest.approx(plan.integral(150.0))
+
+
+def test_one_attempt_left_is_the_brute_force_minimum() -> None:
+    curve = _curve([5.0] * 30 + [40.0] * 30 + [200.0] * 30)
+    plan = Schedule(curve, base=2, latest=300, depth=1, cost=5, dead_cost=3600)
+
+    def expected(a: float, t: float) -> float:
+        s_a = curve.survival(a)
+        lag = (t - a) * s_a - (plan.integral(t) - plan.integral(a))
+        return lag + curve.survival(t) * (5 + 3600)
+
+    for a in (0.0, 7.0, 50.0):
+        chosen = plan.next(a, earliest=2, attempts=1)
+        assert chosen is not None
+        best = min(expected(a, a + d / 10) for d in range(20, 3001))
+        # The grid of 16 delays is within a few per cent of the exact minimum.
+        assert expected(a, chosen) <= best * 1.05 + 0.5
+
+
+def test_cheap_attempts_probe_the_short_outages_and_dear_ones_wait_for_the_long() -> None:
+    curve = _curve([3.0] * 50 + [120.0] * 50)
+    cheap = Schedule(curve, base=2, latest=300, depth=5, cost=0.5, dead_cost=3600)
+    dear = Schedule(curve, base=2, latest=300, depth=5, cost=200, dead_cost=3600)
+    first_cheap = cheap.next(0.0, earliest=2, attempts=5)
+    first_dear = dear.next(0.0, earliest=2, attempts=5)
+    assert first_cheap is not None and first_dear is not None
+    assert first_cheap < 6 and first_dear > 90
+    # Past the short ones, nothing ends before the long ones' bin (90 s to 128 s).
+    after = cheap.next(10.0, earliest=2, attempts=4)
+    assert after is not None and 40 < after < 200
+
+
+def test_nothing_to_say_past_the_longest_outage_seen() -> None:
+    plan = Schedule(_curve([10.0] * 40), base=2, latest=300, depth=3, cost=5, dead_cost=3600)
+    assert plan.next(100.0, earliest=2, attempts=3) is None
+
+
+def test_a_recovery_is_dated_midway_between_the_last_failure_and_the_success() -> None:
+    assert observation(20_000, 50_000, True) == (bin_of(20) + 1, bin_of(35))
+    assert observation(None, 8_000, True) == (0, bin_of(4))
+    assert observation(20_000, 50_000) == (bin_of(20) + 1, bin_of(50))
