@@ -2,12 +2,16 @@
 
     python example_project/run_fleet.py [--nodes 3] [--pages 300] [--late 0]
                                         [--redis-url redis://host:6379/0]
+                                        [--cluster-url redis://node:7000/0]
                                         [--writer [--database-url URL]]
 
 The nodes share one Redis: scrapy-redis's scheduler, over scrapy-retryqueue's
 leased frontier, hands each page to one node under a lease, and scrapy-retryqueue
 shares the failures. Without --redis-url the
 project's embedded server is that Redis (all nodes run on this machine). With
+--cluster-url, the retry queue lives on that Redis Cluster (any of its nodes)
+instead, and the frontier stays on --redis-url: scrapy-redis's frontier cannot
+live on a cluster (its scheduler uses MULTI and keys of many slots). With
 --late N, the last node starts N seconds after the others have begun crawling
 (their shared frontier holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
 then the totals: pages parsed more than once (duplicates) and pages that never
@@ -230,12 +234,32 @@ def _wait_until_crawling(
         time.sleep(0.05)
 
 
+def queue_client(url: str, *, cluster: bool = False) -> Any:
+    """A client of the retry queue's Redis: one server, or a Redis Cluster."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    return RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+
+
+def is_cluster(url: str) -> bool:
+    """Whether the Redis at *url* is a node of a Redis Cluster."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        return bool(client.info("cluster").get("cluster_enabled"))
+    finally:
+        client.close()
+
+
 def run_fleet(
     *,
     nodes: int,
     pages: int,
     redis_url: str,
     workdir: Path,
+    cluster_url: str | None = None,
     late: float = 0.0,
     spider: str | None = None,
     site_options: dict[str, Any] | None = None,
@@ -251,13 +275,21 @@ def run_fleet(
     the nodes, stopped once it wrote everything they left. *during* is called once
     the fleet is crawling, with that writer (to kill it, say); *watch* then, with
     the running nodes (to kill one once it has crawled a share, say). *on_site* is
-    called with the site once it serves, before the nodes start.
+    called with the site once it serves, before the nodes start. With *cluster_url*
+    the retry queue is on that Redis Cluster, the frontier on *redis_url*.
     """
     import redis
 
     spider = spider or f"fleet{uuid.uuid4().hex[:6]}"
     store_writer = writer(spider) if writer is not None else None
     client = redis.Redis.from_url(redis_url)
+    # The retry queue's Redis: the frontier's, or the cluster.
+    queue = queue_client(cluster_url, cluster=True) if cluster_url else client
+    queue_settings: dict[str, Any] = (
+        {"RETRYQUEUE_REDIS_URL": cluster_url, "RETRYQUEUE_REDIS_CLUSTER": True}
+        if cluster_url
+        else {"RETRYQUEUE_REDIS_URL": redis_url}
+    )
     options = {"pages": pages, "slow": 2, "retry_after": 1, "latency": 0.05, **(site_options or {})}
     try:
         with spawn(**options) as site:
@@ -282,7 +314,7 @@ def run_fleet(
                     **NODE_SETTINGS,
                     **(node_settings or {}),
                     "REDIS_URL": redis_url,
-                    "RETRYQUEUE_REDIS_URL": redis_url,
+                    **queue_settings,
                     "RETRYQUEUE_NODE_ID": name,
                     "LOG_FILE": str(out.with_suffix(".log")),
                 }
@@ -313,7 +345,7 @@ def run_fleet(
         if store_writer is not None:
             if store_writer.process is None:
                 store_writer.start()
-            store_writer.wait_caught_up(client, spider)
+            store_writer.wait_caught_up(queue, spider)
             store_writer.stop()
         parseable = {
             site.url + path for path, info in scenarios.items() if info["expected"] == "parsed"
@@ -324,7 +356,7 @@ def run_fleet(
             if info["expected"].startswith("dead:")
         }
         events: dict[str, list[str]] = {}
-        for _, fields in client.xrange(keys_for(spider, NAMESPACE).events):
+        for _, fields in queue.xrange(keys_for(spider, NAMESPACE).events):
             decoded = {k.decode(): v.decode() for k, v in fields.items()}
             for task_id in decoded.get("ids", decoded.get("id", "")).split():
                 events.setdefault(task_id, []).append(decoded["type"])
@@ -332,11 +364,11 @@ def run_fleet(
     finally:
         if store_writer is not None and store_writer.process is not None:
             store_writer.kill()
-        client.delete(
-            *all_keys(keys_for(spider, NAMESPACE)),
-            f"{spider}:requests",
-            f"{spider}:dupefilter",
-        )
+        client.delete(f"{spider}:requests", f"{spider}:dupefilter")
+        # Every key of the spider's namespace: one slot on a cluster, one call.
+        queue.delete(*all_keys(keys_for(spider, NAMESPACE)))
+        if queue is not client:
+            queue.close()
         client.close()
 
 
@@ -349,6 +381,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--redis-url", help="the fleet's Redis (default: this project's embedded server)"
+    )
+    parser.add_argument(
+        "--cluster-url",
+        help="the retry queue's Redis Cluster (any node); the frontier stays on --redis-url",
     )
     parser.add_argument(
         "--writer",
@@ -365,6 +401,13 @@ def main() -> int:
         from scrapy_retryqueue import embedded
 
         redis_url = embedded.ensure_server(PROJECT / ".scrapy" / "retryqueue")
+    if is_cluster(redis_url):
+        parser.error(
+            f"--redis-url {redis_url} is a Redis Cluster node: scrapy-redis's frontier cannot "
+            "live on a cluster; pass the cluster as --cluster-url and a single Redis as "
+            "--redis-url"
+        )
+    queue_url = args.cluster_url or redis_url
     database_url = args.database_url or (
         f"sqlite:///{PROJECT / '.scrapy' / 'retryqueue' / 'retryqueue.sqlite3'}"
     )
@@ -372,7 +415,10 @@ def main() -> int:
         log = Path(tmp) / "writer.log"
 
         def writer(spider: str) -> Writer:
-            return Writer(redis_url=redis_url, database_url=database_url, spider=spider, log=log)
+            cluster = {"RETRYQUEUE_REDIS_CLUSTER": True} if args.cluster_url else {}
+            return Writer(
+                redis_url=queue_url, database_url=database_url, spider=spider, log=log, **cluster
+            )
 
         fleet = run_fleet(
             nodes=args.nodes,
@@ -380,6 +426,7 @@ def main() -> int:
             redis_url=redis_url,
             workdir=Path(tmp),
             late=args.late,
+            cluster_url=args.cluster_url,
             writer=writer if args.writer else None,
         )
     print(fleet.report())

@@ -62,6 +62,8 @@ class Config:
     #: RETRYQUEUE_ENCRYPTION_KEYS as a cipher (encryption.py); None: not encrypted.
     encryption: RequestCipher | None
     redis_cluster: bool
+    #: RETRYQUEUE_REDIS_CLUSTER_NODES: more startup nodes of the cluster (host, port).
+    redis_cluster_nodes: tuple[tuple[str, int], ...]
     spool_memory: int
     spool_max: int
     #: The built-in kinds and the project's own (RETRYQUEUE_KINDS).
@@ -226,6 +228,32 @@ def number_setting(
         bound = f"{maximum:.17g}" if isinstance(maximum, float) else str(maximum)
         raise ConfigError(f"{name} must be <= {bound}, got {value!r}")
     return value
+
+
+def cluster_nodes_setting(settings: Any) -> tuple[tuple[str, int], ...]:
+    """RETRYQUEUE_REDIS_CLUSTER_NODES as (host, port) pairs: a list, or comma-separated text."""
+    name = "RETRYQUEUE_REDIS_CLUSTER_NODES"
+    raw = settings.get(name)
+    if not raw:
+        return ()
+    if not bool_setting(settings, "RETRYQUEUE_REDIS_CLUSTER"):
+        raise ConfigError(f"{name} is set but RETRYQUEUE_REDIS_CLUSTER is False")
+    items: Any = raw
+    if isinstance(raw, str):
+        try:  # a list given with -s as JSON text
+            items = json.loads(raw) if raw.lstrip().startswith("[") else raw.split(",")
+        except ValueError:
+            raise ConfigError(f"{name} is not a JSON list: {raw!r}") from None
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{name} must be a list of 'host:port' addresses; got {raw!r}")
+    nodes: list[tuple[str, int]] = []
+    for item in items:
+        text = item.strip() if isinstance(item, str) else item
+        host, _, port = text.rpartition(":") if isinstance(text, str) else ("", "", "")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{name}: {item!r} is not a 'host:port' address")
+        nodes.append((host, int(port)))
+    return tuple(nodes)
 
 
 def bool_setting(settings: Any, name: str) -> bool:
@@ -709,6 +737,7 @@ def load_config(settings: Any) -> Config:
             number_setting(settings, "RETRYQUEUE_WAIT_LOG_INTERVAL", strict=True)
         ),
         redis_cluster=bool_setting(settings, "RETRYQUEUE_REDIS_CLUSTER"),
+        redis_cluster_nodes=cluster_nodes_setting(settings),
         spool_memory=number_setting(settings, "RETRYQUEUE_SPOOL_MEMORY", whole=True),
         spool_max=number_setting(settings, "RETRYQUEUE_SPOOL_MAX", minimum=1, whole=True),
         kinds=kind_table,

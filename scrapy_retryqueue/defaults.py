@@ -184,6 +184,8 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_REDIS_URL": None,
     #: Talk to the URL as a Redis Cluster (any node's address will do).
     "RETRYQUEUE_REDIS_CLUSTER": False,
+    #: More nodes of that cluster ("host:port"), tried when the URL's does not answer.
+    "RETRYQUEUE_REDIS_CLUSTER_NODES": [],
     #: Writes held in memory while Redis is unreachable, before a file takes them.
     "RETRYQUEUE_SPOOL_MEMORY": 10_000,
     #: Writes the local spool holds at most; past it a failure goes to its errback.

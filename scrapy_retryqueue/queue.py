@@ -44,6 +44,7 @@ SCRIPT_NAMES = (
     "deadletter",
     "reap",
     "release",
+    "unclaim",
     "retry_now",
     "cancel",
     "adopt",
@@ -389,6 +390,15 @@ class RedisDelayedQueue:
             args += [wire_id(task_id), token]
         return int(self._run("release", [k.due, k.leased, k.owners, k.events], args))
 
+    def unclaim(self, tokens: Sequence[str], *, now: int) -> list[str]:
+        """Hand back the tasks leased under *tokens*, claims whose reply was lost; their ids."""
+        if not tokens:
+            return []
+        k = self.keys
+        args: list[Any] = [now, self.node_id, self.events_maxlen, *tokens]
+        raw = self._run("unclaim", [k.due, k.leased, k.owners, k.events], args)
+        return [task_id_text(x) for x in raw]
+
     def counts(self, *, now: int) -> Counts:
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
@@ -483,6 +493,14 @@ class RedisDelayedQueue:
             if len(fields) == 3:
                 nodes[as_text(node)] = (fields[0], fields[1], fields[2])
         return nodes
+
+    def probe(self) -> None:
+        """Raise the client's error unless the node serving this spider's slot answers.
+
+        A read of one of the spider's keys: on a cluster it goes to the slot's
+        owner (a PING would reach any node, and answer while that one is down).
+        """
+        self.client.exists(self.keys.due)
 
     def leave(self) -> None:
         """This node stops crawling the spider: the others stop waiting for it."""

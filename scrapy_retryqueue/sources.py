@@ -15,7 +15,7 @@ import redis
 
 from . import embedded
 from .config import Config, load_config, redact_url
-from .connection import client_for, embedded_dir
+from .connection import client_for, embedded_dir, is_outage
 from .exceptions import RetryQueueError
 from .store.config import StoreConfig, load_store_config
 from .store.db import Store
@@ -86,7 +86,9 @@ class Sources:
                 client, url = client_for(self.config, embedded_directory=self.directory)
                 try:
                     client.ping()
-                except (redis.RedisError, OSError) as exc:
+                except Exception as exc:
+                    if not (isinstance(exc, (redis.RedisError, OSError)) or is_outage(exc)):
+                        raise
                     raise SourceError(
                         f"Redis at {redact_url(url)} does not answer ({exc})"
                     ) from None

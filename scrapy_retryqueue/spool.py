@@ -6,7 +6,8 @@ that owns it; a file whose lock is free belongs to a crawl that died, and the
 next crawl of the same spider against the same queue adopts and replays it, so
 a crash during an outage loses nothing either. A spool belongs to one queue
 (Redis server, database and spider): writes spooled for one server are never
-replayed into another.
+replayed into another. A Redis Cluster is one queue whatever node a crawl
+reached it through: the caller says which other labels name its queue.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import re
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -97,12 +99,16 @@ class Spool:
         queue: str,
         memory_limit: int,
         limit: int,
+        same_queue: Callable[[str], bool] | None = None,
     ):
         #: Where every spool of every queue lives.
         self.root = directory / "spool"
         self.spider = _safe(spider)
         #: The queue's address as people may see it (no password).
         self.queue = queue
+        #: Whether another folder's label names this queue too (a cluster reached
+        #: through another node): its files are adopted, not left for another queue.
+        self._same_queue = same_queue or (lambda other: other == queue)
         self.directory = self.root / queue_id(queue) / self.spider
         self.path = self.directory / f"{_safe(node_id)}.jsonl"
         self.memory_limit = memory_limit
@@ -129,6 +135,9 @@ class Spool:
             if other == self.path:
                 continue
             adopted += self._adopt(other)
+        for folder in self._folders_of_this_queue():
+            for other in sorted(folder.glob("*.jsonl")):
+                adopted += self._adopt(other)
         # Our own file may hold writes of an earlier process with the same node id.
         self._file.seek(0)
         adopted += [_from_line(line) for line in self._file if line.strip()]
@@ -162,6 +171,23 @@ class Spool:
             path.unlink()
             return writes
 
+    def _label_of(self, spider_dir: Path) -> str | None:
+        label = spider_dir.parent / QUEUE_LABEL
+        return label.read_text(encoding="utf-8").strip() if label.is_file() else None
+
+    def _folders_of_this_queue(self) -> list[Path]:
+        """This spider's folders under other labels that name the same queue."""
+        if not self.root.is_dir():
+            return []
+        return [
+            spider_dir
+            for spider_dir in sorted(self.root.glob(f"*/{self.spider}"))
+            if spider_dir != self.directory
+            and spider_dir.is_dir()
+            and (label := self._label_of(spider_dir)) is not None
+            and self._same_queue(label)
+        ]
+
     def elsewhere(self) -> list[tuple[Path, int, str]]:
         """Spool files of this spider left for other queues: (path, writes, queue).
 
@@ -173,10 +199,12 @@ class Spool:
         for spider_dir in sorted(self.root.glob(f"*/{self.spider}")) + [self.root / self.spider]:
             if spider_dir == self.directory or not spider_dir.is_dir():
                 continue
-            label = spider_dir.parent / QUEUE_LABEL
+            label = self._label_of(spider_dir)
+            if label is not None and self._same_queue(label):
+                continue  # adopted by open()
             queue = (
-                label.read_text(encoding="utf-8").strip()
-                if label.is_file()
+                label
+                if label is not None
                 else "a Redis this version cannot name (spooled by an older version)"
             )
             for path in sorted(spider_dir.glob("*.jsonl")):

@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -135,6 +136,13 @@ class RedisServer:
         process, self.process = self.process, None
         if process is not None:
             process.terminate()
+            process.wait(10)
+
+    def kill(self) -> None:
+        """kill -9: what it acknowledged is in its append-only file (when it keeps one)."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
             process.wait(10)
 
 
@@ -274,3 +282,146 @@ def listens_as(pid: int, port: int) -> bool:
         return any(os.readlink(fd) in sockets for fd in Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return False  # it exited meanwhile
+
+
+# -- A Redis Cluster of a test's own ---------------------------------------------------
+
+
+class LocalCluster:
+    """A Redis Cluster on loopback of this test's own: *masters* masters with a
+    replica each, persistent (``appendonly yes``, ``everysec``), failing over
+    after ``cluster-node-timeout`` *node_timeout_ms* (2 s: a failover within
+    seconds, as a production cluster does with a shorter timeout).
+
+    A node is killed (``kill``), frozen (``freeze`` / ``thaw``: SIGSTOP, as a
+    stalled VM) and started again (``start_stopped``) on its own port, with
+    its ``nodes.conf`` and append-only file: it rejoins as what the cluster
+    says it is now (an old master comes back as a replica after a failover).
+    """
+
+    def __init__(self, directory: Path, *, masters: int = 3, node_timeout_ms: int = 2000) -> None:
+        self.masters = masters
+        self.nodes = [
+            RedisServer(
+                directory / f"node{n}",
+                *("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
+                *("--cluster-node-timeout", str(node_timeout_ms)),
+                *("--appendonly", "yes", "--appendfsync", "everysec", "--save", ""),
+            )
+            for n in range(2 * masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    @property
+    def addresses(self) -> str:
+        """Every node's ``host:port``, comma-separated (RETRYQUEUE_REDIS_CLUSTER_NODES)."""
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def live_url(self) -> str:
+        """The URL of a node that runs now (the first may be the one a test killed)."""
+        return next(node.url for node in self.nodes if node.process is not None)
+
+    def start(self) -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            pytest.fail("redis-server and redis-cli are needed: run `bash scripts/ensure-services`")
+        for node in self.nodes:
+            node.start()  # a free port (and its cluster bus port + 10000) or another try
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes)]
+            + ["--cluster-replicas", "1", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self.wait_healthy()
+
+    def _ask(self, node: RedisServer, *command: str) -> Any:
+        import redis
+
+        client = redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            return client.execute_command(*command)
+        finally:
+            client.close()
+
+    def healthy(self) -> bool:
+        """Every node runs and says the cluster is ok; every master has a synced replica."""
+        if any(node.process is None for node in self.nodes):
+            return False
+        masters = 0
+        for node in self.nodes:
+            info = self._ask(node, "CLUSTER", "INFO")
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            if "cluster_state:ok" not in text:
+                return False
+            replication = self._ask(node, "INFO", "replication")
+            if replication.get("role") == "master":
+                masters += 1
+                if replication.get("connected_slaves", 0) < 1:
+                    return False
+            elif replication.get("master_link_status") != "up":
+                return False
+        return masters == self.masters
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        wait_for(self.healthy, "the cluster to be whole again", timeout=timeout)
+
+    def master_of(self, key: str) -> RedisServer:
+        """The node that serves *key*'s slot now, as a live node sees it."""
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        live = next(n for n in self.nodes if n.process is not None)
+        for start, end, master, *_ in self._ask(live, "CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                port = int(master[1])
+                return next(n for n in self.nodes if n.port == port)
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        node_id = self._ask(master, "CLUSTER", "MYID")
+        node_id = node_id.decode() if isinstance(node_id, bytes) else node_id
+        for node in self.nodes:
+            if node is master or node.process is None:
+                continue
+            replication = self._ask(node, "INFO", "replication")
+            if replication.get("master_port") == master.port:
+                return node
+        raise AssertionError(f"no replica of {node_id}")
+
+    def other_shard(self, key: str) -> tuple[RedisServer, RedisServer]:
+        """A master that does not serve *key*'s slot, and its replica."""
+        mine = self.master_of(key)
+        for node in self.nodes:
+            if node is mine or node.process is None:
+                continue
+            if self._ask(node, "INFO", "replication").get("role") == "master":
+                return node, self.replica_of(node)
+        raise AssertionError("no other shard")
+
+    def kill(self, *nodes: RedisServer) -> None:
+        for node in nodes:
+            node.kill()
+
+    def freeze(self, node: RedisServer) -> None:
+        assert node.process is not None
+        node.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self, node: RedisServer) -> None:
+        assert node.process is not None
+        node.process.send_signal(signal.SIGCONT)
+
+    def start_stopped(self) -> None:
+        for node in self.nodes:
+            if node.process is None:
+                node.start()
+
+    def stop(self) -> None:
+        """Kill every node: the cluster is thrown away (a SIGTERM makes a node write
+        out its append-only file first, which a loaded disk can make take long)."""
+        for node in self.nodes:
+            node.kill()

@@ -432,3 +432,60 @@ def test_config_for_raises_the_same_error_on_every_call(monkeypatch):
         with pytest.raises(ConfigError, match=r"RETRYQUEUE_POLL_INTERVAL must be > 0, got -1"):
             config_for(crawler)
     assert len(calls) == 1
+
+
+def test_cluster_nodes_are_read_as_a_list_or_comma_separated_text() -> None:
+    as_list = load_config(
+        Settings(
+            {
+                "RETRYQUEUE_REDIS_CLUSTER": True,
+                "RETRYQUEUE_REDIS_CLUSTER_NODES": ["10.0.0.2:7000", "node-3.internal:7001"],
+            }
+        )
+    )
+    assert as_list.redis_cluster_nodes == (("10.0.0.2", 7000), ("node-3.internal", 7001))
+    from_command_line = load_config(
+        Settings(
+            {
+                "RETRYQUEUE_REDIS_CLUSTER": "true",
+                "RETRYQUEUE_REDIS_CLUSTER_NODES": "10.0.0.2:7000, 10.0.0.3:7000",
+            }
+        )
+    )
+    assert from_command_line.redis_cluster_nodes == (("10.0.0.2", 7000), ("10.0.0.3", 7000))
+    as_json = load_config(
+        Settings(
+            {
+                "RETRYQUEUE_REDIS_CLUSTER": True,
+                "RETRYQUEUE_REDIS_CLUSTER_NODES": '["10.0.0.2:7000"]',
+            }
+        )
+    )
+    assert as_json.redis_cluster_nodes == (("10.0.0.2", 7000),)
+    assert load_config(Settings({})).redis_cluster_nodes == ()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"RETRYQUEUE_REDIS_CLUSTER_NODES": ["a:7000"]}, "RETRYQUEUE_REDIS_CLUSTER is False"),
+        (
+            {"RETRYQUEUE_REDIS_CLUSTER": True, "RETRYQUEUE_REDIS_CLUSTER_NODES": ["a"]},
+            "'a' is not a 'host:port' address",
+        ),
+        (
+            {"RETRYQUEUE_REDIS_CLUSTER": True, "RETRYQUEUE_REDIS_CLUSTER_NODES": ["a:99999"]},
+            "'a:99999' is not",
+        ),
+        (
+            {"RETRYQUEUE_REDIS_CLUSTER": True, "RETRYQUEUE_REDIS_CLUSTER_NODES": {"a": 1}},
+            "must be a list",
+        ),
+    ],
+)
+def test_bad_cluster_nodes_are_one_error_naming_the_setting(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match="RETRYQUEUE_REDIS_CLUSTER_NODES") as caught:
+        load_config(Settings(settings))
+    assert message in str(caught.value)

@@ -12,13 +12,28 @@ from uuid import uuid4
 
 import pytest
 import redis
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MasterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from scrapy.settings import Settings
 
 from scrapy_retryqueue import embedded
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.connection import check_reachable, client_for
+from scrapy_retryqueue.connection import (
+    check_reachable,
+    client_for,
+    is_outage,
+    queue_identity,
+    same_queue,
+)
 from scrapy_retryqueue.defaults import REDIS_CONNECT_TIMEOUT, REDIS_SOCKET_TIMEOUT
 from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.queue import RedisDelayedQueue
 
 #: A database of the shared Redis other than the tests' own 0; only this test's keys
 #: are written there, and they are deleted afterwards.
@@ -214,7 +229,163 @@ def test_a_cluster_client_takes_the_redis_params_too(
         "REDIS_PARAMS": {"client_name": "retryqueue-test"},
     }
     client = client_of(settings, tmp_path)
-    assert isinstance(client, RedisCluster)
     assert client.ping()
+    assert isinstance(client.cluster, RedisCluster)
     assert client.client_getname(target_nodes=RedisCluster.RANDOM) == "retryqueue-test"
     client.close()
+
+
+def test_a_cluster_client_retries_nothing_behind_the_queue(
+    redis_cluster_url: str, tmp_path: Path
+) -> None:
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_cluster_url,
+        "RETRYQUEUE_REDIS_CLUSTER": True,
+        # The project's wish for retries does not reach a script call.
+        "REDIS_PARAMS": {"cluster_error_retry_attempts": 7, "require_full_coverage": True},
+    }
+    client = client_of(settings, tmp_path)
+    cluster = client.cluster
+    assert cluster.retry.get_retries() == 0
+    assert cluster.nodes_manager._require_full_coverage is False
+    node = cluster.get_default_node().redis_connection
+    assert node.get_retry().get_retries() == 0
+    assert node.connection_pool.connection_kwargs["retry_on_timeout"] is False
+    # Every node of the cluster is known once it answered: the spool's name.
+    identity = queue_identity(client, redis_cluster_url)
+    assert identity.startswith("Redis Cluster ") and len(identity.split()) == 2 + 3
+    client.close()
+
+
+def test_a_projects_queue_on_the_crawls_cluster_client_adopts_probes_and_unclaims(
+    redis_cluster_url: str, tmp_path: Path
+) -> None:
+    from scrapy_retryqueue.envelope import Task
+    from scrapy_retryqueue.keys import all_keys, keys_for
+
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_cluster_url,
+        "RETRYQUEUE_REDIS_CLUSTER": True,
+        "RETRYQUEUE_NAMESPACE": "proj",
+    }
+    config = load_config(Settings(settings))
+    client = client_of(settings, tmp_path)
+    spider = f"c{uuid4().hex[:8]}"
+    old = RedisDelayedQueue(client, spider, node_id="n")
+    queue = RedisDelayedQueue(client, spider, node_id="n", project=config.namespace)
+    try:
+        task = Task(
+            id="a", spider=spider, request={"url": "http://x.test/a"}, kind="timeout", node="n"
+        )
+        assert old.schedule(task, now=0)  # the layout before namespaces
+        # Scripts loaded on the slot's node only (SlotScript): both layouts share it.
+        assert queue.adopt_unnamespaced() > 0
+        queue.probe()  # reads the project's own key, on the slot's owner
+        assert [t for t, _ in queue.claim(now=0, limit=1, lease_until=10, token="n:1").tasks]
+        assert queue.unclaim(["n:1"], now=1) == ["a"]
+        assert queue.keys.due.startswith("retryqueue:proj:{")
+    finally:
+        client.delete(*all_keys(keys_for(spider)))
+        client.delete(*all_keys(queue.keys))
+        client.close()
+
+
+def test_a_cluster_is_found_through_another_listed_node_when_the_urls_is_down(
+    redis_cluster_url: str, tmp_path: Path
+) -> None:
+    live = urlsplit(redis_cluster_url).netloc
+    settings = {
+        "RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:1",  # down (nothing listens there)
+        "RETRYQUEUE_REDIS_CLUSTER": True,
+        "RETRYQUEUE_REDIS_CLUSTER_NODES": [live],
+        # The project's own startup nodes are scrapy-redis's too: not taken.
+        "REDIS_PARAMS": {"startup_nodes": "not for the queue"},
+    }
+    client = client_of(settings, tmp_path)
+    assert client.ping()
+    assert len(client.addresses()) == 3
+    client.close()
+    check_reachable(load_config(Settings(settings)), timeout=2)
+
+
+def test_a_cluster_down_at_start_gives_a_client_whose_calls_are_outages(tmp_path: Path) -> None:
+    # Port 1: nothing listens there, the connection is refused at once.
+    settings = {"RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:1", "RETRYQUEUE_REDIS_CLUSTER": True}
+    client = client_of(settings, tmp_path)  # no I/O yet
+    assert not client.connected
+    queue = RedisDelayedQueue(client, "spider", node_id="n")  # scripts need no connection
+    with pytest.raises(RedisClusterException) as caught:
+        queue.probe()
+    assert is_outage(caught.value), caught.value
+    assert queue_identity(client, "redis://127.0.0.1:1") == "Redis Cluster 127.0.0.1:1"
+    with pytest.raises(RedisClusterException) as caught:
+        check_reachable(load_config(Settings(settings)), timeout=1)
+    assert is_outage(caught.value)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("Connection refused"),
+        redis.TimeoutError("Timeout reading from socket"),
+        redis.BusyLoadingError("Redis is loading the dataset in memory"),
+        ClusterDownError("The cluster is down"),
+        MasterDownError("Link with MASTER is down"),
+        TryAgainError("TRYAGAIN"),
+        SlotNotCoveredError("Slot 42 is not covered by the cluster."),
+        RedisClusterException(
+            "Redis Cluster cannot be connected. Please provide at least one reachable node: "
+        ),
+        RedisClusterException("All slots are not covered after query all startup_nodes."),
+        ClusterError("TTL exhausted."),
+        ConnectionRefusedError(111, "Connection refused"),
+    ],
+    ids=type,
+)
+def test_what_an_outage_is(error: BaseException) -> None:
+    assert is_outage(error)
+
+
+def _raised_while_handling(outer: BaseException, inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except type(inner):
+            raise outer  # noqa: B904 - the implicit chain is what redis-py leaves
+    except type(outer) as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ResponseError("ERR Error running script"),
+        redis.ResponseError("NOPERM this user has no permissions"),
+        RedisClusterException("Invalid args in command: ('GET',)"),
+        ClusterError("something else"),
+        ValueError("a bug"),
+    ],
+    ids=str,
+)
+def test_what_is_not_an_outage(error: BaseException) -> None:
+    assert not is_outage(error)
+
+
+def test_a_cluster_error_raised_while_an_outage_was_handled_is_one() -> None:
+    chained = _raised_while_handling(
+        RedisClusterException("No targets were found"), redis.ConnectionError("refused")
+    )
+    assert is_outage(chained)
+    assert not is_outage(
+        _raised_while_handling(RedisClusterException("No targets"), ValueError("x"))
+    )
+
+
+def test_spool_labels_of_one_cluster_match_through_any_node() -> None:
+    one = "Redis Cluster 10.0.0.1:7000 10.0.0.2:7000 10.0.0.3:7000"
+    assert same_queue(one, "Redis Cluster 10.0.0.2:7000")  # reached through another node
+    assert same_queue(one, one)
+    assert not same_queue(one, "Redis Cluster 10.0.0.9:7000")
+    assert not same_queue("redis://10.0.0.1:7000/0", "Redis Cluster 10.0.0.1:7000")
+    assert not same_queue("redis://a:6379/0", "redis://a:6379/1")

@@ -99,6 +99,19 @@ def test_an_item_is_kept_for_its_replay_as_json_with_its_class(tmp_path: Path) -
     assert runtime.replay_meta({"when": object()}) is None
 
 
+def test_a_poll_lost_to_an_outage_is_doubted_and_a_refused_one_is_not(tmp_path: Path) -> None:
+    import redis
+    from twisted.python.failure import Failure
+
+    runtime = unopened_runtime(FacadeSpider, tmp_path)
+    runtime._poll_failed(Failure(redis.ResponseError("ERR Error running script")), "n:1")
+    assert runtime.leases.doubtful == set() and not runtime.down
+    # A timeout: the claim may have run; the next poll hands back what it leased.
+    runtime._poll_failed(Failure(redis.TimeoutError("Timeout reading from socket")), "n:2")
+    assert runtime.leases.doubtful == {"n:2"}
+    assert runtime.down
+
+
 # -- the glue reads no part behind the facade ----------------------------------------
 
 GLUE = (

@@ -775,6 +775,86 @@ def test_release_hands_back_held_tasks_at_once(
     assert queue.release({}, now=500) == 0
 
 
+def test_unclaim_hands_back_what_a_lost_claim_leased_and_counts_no_reclaim(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    for task_id in ("a", "b", "c", "d"):
+        assert queue.schedule(make_task(task_id, due=0), now=0)
+    # A poll's claim ran, and its reply was lost: the node holds none of these.
+    assert claim_ids(queue, now=0, limit=2, lease_until=LEASE, token="node-a:7") == ["a", "b"]
+    assert claim_ids(queue, now=0, limit=1, lease_until=LEASE, token="node-b:1") == ["c"]
+
+    back = queue.unclaim(["node-a:7", "node-a:8"], now=500)
+
+    assert sorted(back) == ["a", "b"]
+    k = queue.keys
+    for task_id in ("a", "b"):
+        assert where(redis_client, k, task_id) == {"due", "tasks", "taskinfo"}
+        assert redis_client.zscore(k.due, task_id) == 500
+        assert redis_client.hget(k.reclaims, task_id) is None
+    assert hget(redis_client, k.owners, "c") == "node-b:1"  # another claim's: untouched
+    released = [e for e in events(redis_client, k) if e["type"] == "released"]
+    assert sorted(e["id"] for e in released) == ["a", "b"]
+    assert queue.unclaim(["node-a:7"], now=600) == []  # settled: nothing more
+    assert queue.unclaim([], now=600) == []
+
+
+def test_a_poll_whose_reply_was_lost_has_its_claim_handed_back_by_the_next(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.runtime.leases import Leases
+
+    for task_id in ("a", "b", "c"):
+        assert queue.schedule(make_task(task_id, due=0), now=0)
+    leases = Leases(load_config(Settings({"RETRYQUEUE_NODE_ID": "node-a"})))
+    heartbeat = queue.heartbeat
+
+    def lost(**kwargs: Any) -> Any:
+        raise redis.TimeoutError("Timeout reading from socket")
+
+    queue.heartbeat = lost  # type: ignore[method-assign]  # after the claim ran
+    io, token = leases.poll_io(queue, None, last_busy=0)
+    with pytest.raises(redis.TimeoutError):
+        io()
+    assert redis_client.zcard(queue.keys.leased) == 3  # leased under a token nobody holds
+    leases.doubt(token)  # what the runtime does with an outage (test_facade.py)
+
+    queue.heartbeat = heartbeat  # type: ignore[method-assign]
+    io, next_token = leases.poll_io(queue, None, last_busy=0)
+    result = io()
+    leases.settle(result.settled)
+
+    assert sorted(result.unclaimed) == ["a", "b", "c"]
+    assert sorted(task_id for task_id, _ in result.claimed.tasks) == ["a", "b", "c"]
+    assert {hget(redis_client, queue.keys.owners, t) for t in "abc"} == {next_token}
+    assert result.reclaimed == [] and redis_client.hlen(queue.keys.reclaims) == 0
+    assert leases.doubtful == set()
+
+
+def test_a_projects_queue_probes_and_unclaims_its_own_keys_after_adopting_the_old_layout(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    # On a cluster too: both layouts of a spider share its slot, and every call of
+    # the project's queue (the probe, a lost claim handed back) goes to that slot.
+    assert queue.schedule(make_task("a", due=0), now=0)  # before namespaces
+    project = RedisDelayedQueue(redis_client, queue.keys.spider, node_id="node-a", project="p")
+    try:
+        assert project.keys.due.startswith("retryqueue:p:{")
+        assert project.adopt_unnamespaced() > 0
+        project.probe()
+        assert redis_client.exists(project.keys.due) and not redis_client.exists(queue.keys.due)
+        assert claim_ids(project, now=0, limit=1, lease_until=LEASE, token="node-a:1") == ["a"]
+        assert project.unclaim(["node-a:1"], now=5) == ["a"]
+        assert where(redis_client, project.keys, "a") == {"due", "tasks", "taskinfo"}
+        released = [e for e in events(redis_client, project.keys) if e["type"] == "released"]
+        assert [e["id"] for e in released] == ["a"]
+    finally:
+        redis_client.delete(*all_keys(project.keys))
+
+
 # -- counts, dead_letters, clear ----------------------------------------------
 
 
@@ -944,6 +1024,8 @@ def test_queue_passes_keys_in_the_order_each_header_documents(
     queue.reschedule(task, "t", now=0)
     queue.claim(now=0, limit=1, lease_until=100, token="t")
     queue.release({"a": "t"}, now=0)
+    queue.claim(now=0, limit=1, lease_until=100, token="u")
+    queue.unclaim(["u"], now=0)
     queue.claim(now=0, limit=1, lease_until=100, token="t")
     queue.ack("a", "t", now=0)
     queue.deadletter(make_task("b", dead_kind="rule"), None, now=0)

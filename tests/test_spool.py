@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scrapy_retryqueue.connection import same_queue
 from scrapy_retryqueue.queue import Write
 from scrapy_retryqueue.spool import Spool
 
 
 def _spool(tmp_path: Path, queue: str, node: str = "n1") -> Spool:
-    return Spool(tmp_path, "shop", node, queue=queue, memory_limit=10, limit=100)
+    return Spool(
+        tmp_path,
+        "shop",
+        node,
+        queue=queue,
+        memory_limit=10,
+        limit=100,
+        same_queue=lambda other: same_queue(queue, other),
+    )
 
 
 def _write(task_id: str) -> Write:
@@ -34,6 +43,37 @@ def test_writes_spooled_for_one_server_are_never_replayed_into_another(tmp_path:
     assert [w.task_id for w in same.open()] == ["a", "b"]  # adopted by its own queue
     assert same.elsewhere() == []
     assert same.close() == 0
+
+
+def test_a_cluster_spool_is_replayed_by_a_crawl_that_reaches_it_through_another_node(
+    tmp_path: Path,
+) -> None:
+    # Spooled while the cluster never answered: only the seed node is known.
+    down_at_start = _spool(tmp_path, "Redis Cluster 10.0.0.1:7000")
+    down_at_start.open()
+    down_at_start.add(_write("a"))
+    assert down_at_start.close() == 1
+    # Spooled by a crawl that knew the whole cluster.
+    # A crawl that knew the whole cluster adopts it, and spools one more.
+    known = _spool(tmp_path, "Redis Cluster 10.0.0.1:7000 10.0.0.2:7000 10.0.0.3:7000", "n2")
+    adopted = known.open()
+    assert [w.task_id for w in adopted] == ["a"]
+    known.put_back(adopted)
+    known.add(_write("b"))
+    assert known.close() == 2
+    # Another cluster, which shares no node: left alone.
+    other = _spool(tmp_path, "Redis Cluster 10.0.0.9:7000", "n3")
+    other.open()
+    other.add(_write("z"))
+    other.close()
+
+    through_another_node = _spool(
+        tmp_path, "Redis Cluster 10.0.0.1:7000 10.0.0.2:7000 10.0.0.3:7000 10.0.0.4:7000"
+    )
+    assert sorted(w.task_id for w in through_another_node.open()) == ["a", "b"]
+    [(_, count, queue)] = through_another_node.elsewhere()
+    assert (count, queue) == (1, "Redis Cluster 10.0.0.9:7000")
+    assert through_another_node.close() == 0
 
 
 def test_another_database_of_the_same_server_is_another_queue(tmp_path: Path) -> None:

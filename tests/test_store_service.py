@@ -325,3 +325,18 @@ def test_two_writers_share_a_spider_and_write_each_event_once(
     with store.connect() as conn:
         assert conn.execute(select(func.count()).select_from(store.table)).scalar() == 200
     store.close()
+
+
+def test_a_cluster_out_of_reach_is_an_outage_for_the_writer_and_a_bug_is_not() -> None:
+    from redis.exceptions import ClusterDownError, RedisClusterException
+
+    from scrapy_retryqueue.store.service import transient
+
+    cannot_connect = RedisClusterException(
+        "Redis Cluster cannot be connected. Please provide at least one reachable node: "
+    )
+    assert transient(cannot_connect)
+    assert transient(ClusterDownError("The cluster is down"))
+    assert transient(redis.ConnectionError("refused"))
+    assert not transient(RedisClusterException("Invalid args in command: ('GET',)"))
+    assert not transient(ValueError("a bug"))

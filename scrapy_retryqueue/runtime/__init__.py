@@ -32,6 +32,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
 from ..config import Config, config_for, redact_url
+from ..connection import is_outage
 from ..defaults import (
     FLEET_BUSY_MIN_MS,
     FLEET_HEARTBEAT_MIN_MS,
@@ -67,7 +68,7 @@ from .taskref import (
     settle,
     task_ref,
 )
-from .writes import CONNECTION_ERRORS, WritePath
+from .writes import WritePath
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Container, Mapping
@@ -80,12 +81,12 @@ if TYPE_CHECKING:
     from ..redisfrontier import RedisFrontier
 
 __all__ = [
-    "CONNECTION_ERRORS",
     "Claimed",
     "Outcome",
     "Parking",
     "PollResult",
     "RetryQueueRuntime",
+    "is_outage",
     "runtime_for",
     "runtime_if_any",
 ]
@@ -194,7 +195,9 @@ def preflight(config: Config, settings: Any = None) -> None:
         return  # an outage at start is spooled like any other
     try:
         check_reachable(config, timeout=REDIS_START_TIMEOUT)
-    except (*CONNECTION_ERRORS, OSError) as exc:
+    except Exception as exc:
+        if not (is_outage(exc) or isinstance(exc, OSError)):
+            raise
         stop_at_start(
             f"Redis at {redact_url(config.redis_url)} ({config.redis_url_setting}) does not "
             f"answer ({exc}); the crawl stops before it fetches anything. Fix the address, or "
@@ -352,6 +355,13 @@ class RetryQueueRuntime:
                 with contextlib.suppress(Exception):
                     await maybe_deferred_to_future(writes.call(writes.queue.leave))
             await writes.flush_for_close()
+            if writes.queue is not None and self.leases.doubtful and not writes.down:
+                with contextlib.suppress(Exception):  # else their leases expire
+                    await maybe_deferred_to_future(
+                        writes.call(
+                            writes.queue.unclaim, sorted(self.leases.doubtful), now=now_ms()
+                        )
+                    )
             await self._frontier_close()
             if writes.queue is not None and self.leases.held and not writes.down:
                 leases = self.leases.take_all()
@@ -816,7 +826,7 @@ class RetryQueueRuntime:
 
     def _frontier_failed(self, failure: Any) -> None:
         self.frontier.failed()
-        if failure.check(*CONNECTION_ERRORS):
+        if is_outage(failure.value):
             self.writes.mark_down(failure.value)
             return
         self.reporter.count("retryqueue/frontier/error")
@@ -918,7 +928,7 @@ class RetryQueueRuntime:
         if self.frontier.in_use:
             self._frontier_kick(maintain=True)
         learns = callable(getattr(self.config.policy_table.backoff, "learned", None))
-        io = self.leases.poll_io(
+        io, token = self.leases.poll_io(
             queue,
             self.breaker.domains,
             last_busy=last_busy,
@@ -926,12 +936,21 @@ class RetryQueueRuntime:
             learns=learns,
         )
         d = writes.call_untracked(io)
-        d.addCallbacks(self._polled, self._poll_failed)
+        d.addCallbacks(self._polled, self._poll_failed, errbackArgs=(token,))
         return d
 
     def _polled(self, result: PollResult) -> PollResult:
         reporter = self.reporter
         self.fleet = result.nodes
+        if result.settled:
+            self.leases.settle(result.settled)
+        if result.unclaimed:
+            reporter.count("retryqueue/unclaimed", len(result.unclaimed))
+            logger.info(
+                "scrapy-retryqueue: %d task(s) a poll whose reply was lost had claimed are "
+                "due again",
+                len(result.unclaimed),
+            )
         if result.recovery is not None:
             stats, malformed = result.recovery
             if malformed:
@@ -964,8 +983,11 @@ class RetryQueueRuntime:
             self.leases.hold(task_id, result.token)
         return result
 
-    def _poll_failed(self, failure: Any) -> None:
-        if failure.check(*CONNECTION_ERRORS):
+    def _poll_failed(self, failure: Any, token: str) -> None:
+        if is_outage(failure.value):
+            # A timeout or a lost connection: its claim may have run (not retried:
+            # the next poll hands back whatever it leased under this token).
+            self.leases.doubt(token)
             self.writes.mark_down(failure.value)
             return
         self.reporter.count("retryqueue/poll_error")

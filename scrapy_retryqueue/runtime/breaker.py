@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
+from ..connection import is_outage
 from ..domains import DomainChange, DomainCooldowns
 from ..values import now_ms
-from .writes import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -130,7 +130,7 @@ class DomainBreaker:
         self.reporter.domain_changed(change)
 
     def _failed(self, failure: Failure) -> None:
-        if failure.check(*CONNECTION_ERRORS):
+        if is_outage(failure.value):
             self.writes.mark_down(failure.value)
             return
         self.reporter.count("retryqueue/domain/error")

@@ -1,8 +1,9 @@
 """The tasks this node holds under lease, and the poll that claims, renews and reaps them.
 
-One poll is one worker call: return expired leases to due (or dead-letter a
-poison task), renew what this node holds, claim as many due tasks as it has
-room for, and read the cooling domains. Nothing due in the future is held in
+One poll is one worker call: hand back what earlier polls whose reply was
+lost had claimed, return expired leases to due (or dead-letter a poison task),
+renew what this node holds, claim as many due tasks as it has room for, and
+read the cooling domains. Nothing due in the future is held in
 memory: only the ids and tokens of tasks this node is running.
 """
 
@@ -42,6 +43,10 @@ class PollResult:
     #: The learned recovery records, read when a learning strategy's refresh was
     #: due (else None), and the fields found malformed (recovery.read_records).
     recovery: tuple[RecoveryStats, list[str]] | None = None
+    #: Tasks handed back that earlier polls whose reply was lost had claimed.
+    unclaimed: list[str] = field(default_factory=list)
+    #: The lease tokens of those polls, settled now.
+    settled: list[str] = field(default_factory=list)
 
 
 class Leases:
@@ -53,6 +58,10 @@ class Leases:
         self._serial = itertools.count()
         self._last_renew = 0.0
         self._last_learned = float("-inf")
+        #: Lease tokens of polls that failed on the way (a timeout, a lost
+        #: connection): their claim may have run, leasing tasks this node never
+        #: learned of. The next poll hands those back (unclaim.lua).
+        self.doubtful: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.held)
@@ -83,8 +92,9 @@ class Leases:
         last_busy: int,
         registered: int = 0,
         learns: bool = False,
-    ) -> Callable[[], PollResult]:
-        """The blocking part of one poll, as a function for the worker thread.
+    ) -> tuple[Callable[[], PollResult], str]:
+        """The blocking part of one poll, as a function for the worker thread, and the
+        lease token its claim uses (see :meth:`doubt`).
 
         What to renew and how much room there is are read now, on the reactor
         thread; Redis is called only by the returned function. With *learns* (the
@@ -102,6 +112,7 @@ class Leases:
         lease_ms = int(config.lease_time * 1000)
         max_wait = config.deferral_max_wait
         max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
+        doubtful = sorted(self.doubtful)
         learned: list[Any] | None = None
         if learns and now - self._last_learned >= config.learned_refresh:
             learned = []
@@ -110,6 +121,8 @@ class Leases:
 
         def io() -> PollResult:
             now_ = now_ms()
+            # First, so that this very claim may take them again.
+            unclaimed = queue.unclaim(doubtful, now=now_) if doubtful else []
             reclaimed, poisoned = queue.reap(
                 now=now_, limit=QUEUE_BATCH, max_reclaims=config.max_reclaims
             )
@@ -130,9 +143,28 @@ class Leases:
             recovery = None
             if learned:
                 recovery = read_records(learned[0], now=now_, half_life=half_life)
-            return PollResult(claimed, reclaimed, poisoned, lost, token, cooling, nodes, recovery)
+            return PollResult(
+                claimed,
+                reclaimed,
+                poisoned,
+                lost,
+                token,
+                cooling,
+                nodes,
+                recovery,
+                unclaimed,
+                doubtful,
+            )
 
-        return io
+        return io, token
+
+    def doubt(self, token: str) -> None:
+        """The poll that used *token* failed on the way: its claim may have run."""
+        self.doubtful.add(token)
+
+    def settle(self, tokens: list[str]) -> None:
+        """What the polls that used *tokens* leased is back in due."""
+        self.doubtful.difference_update(tokens)
 
     def lost(self, task_ids: list[str]) -> None:
         for task_id in task_ids:

@@ -21,7 +21,7 @@ from twisted.python.threadpool import ThreadPool
 
 from .. import embedded
 from ..config import redact_url
-from ..connection import client_for, embedded_dir
+from ..connection import client_for, embedded_dir, is_outage, queue_identity, same_queue
 from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from ..exceptions import RetryQueueError
 from ..keys import keys_for
@@ -40,15 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: What an outage looks like from redis-py (BusyLoadingError: a restarted
-#: server still loading its append-only file).
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.BusyLoadingError,
-    ConnectionError,
-)
 
 
 class RedisDown(RetryQueueError, redis.ConnectionError):
@@ -77,6 +68,8 @@ class WritePath:
         self._down_since = 0.0
         self._reconnect_delay = RECONNECT_MIN_DELAY
         self._next_probe = 0.0
+        #: Spooled writes replayed before Redis went away again, in this outage.
+        self._replayed_while_down = 0
         #: The embedded server's directory while this crawl holds it (embedded.hold).
         self._held_server: Path | None = None
 
@@ -102,14 +95,6 @@ class WritePath:
             self.call(client_for, config, embedded_directory=directory)
         )
         self.redis_url = url
-        self.spool = Spool(
-            directory,
-            spider_name,
-            config.node_id,
-            queue=redact_url(url),
-            memory_limit=config.spool_memory,
-            limit=config.spool_max,
-        )
         self.queue = RedisDelayedQueue(
             client,
             spider_name,
@@ -119,6 +104,24 @@ class WritePath:
             learned_max_records=config.learned_max_records,
             project=config.namespace,
         )
+        outage: BaseException | None = None
+        try:
+            await maybe_deferred_to_future(self.call(self.queue.probe))
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            outage = exc  # the crawl goes on; failures wait in the spool until Redis answers
+        # A cluster is named by its nodes, known once one answered (queue_identity).
+        identity = queue_identity(client, url)
+        self.spool = Spool(
+            directory,
+            spider_name,
+            config.node_id,
+            queue=identity,
+            memory_limit=config.spool_memory,
+            limit=config.spool_max,
+            same_queue=lambda other: same_queue(identity, other),
+        )
         adopted = self.spool.open()
         for path, count, other in self.spool.elsewhere():
             logger.warning(
@@ -127,7 +130,7 @@ class WritePath:
                 count,
                 other,
                 path,
-                redact_url(url),
+                identity,
             )
         if adopted:
             self.spool.put_back(adopted)
@@ -136,11 +139,8 @@ class WritePath:
                 len(adopted),
                 spider_name,
             )
-        try:
-            await maybe_deferred_to_future(self.call(client.ping))
-        except CONNECTION_ERRORS as exc:
-            # The crawl goes on; failures wait in the spool until Redis answers.
-            self.mark_down(exc)
+        if outage is not None:
+            self.mark_down(outage)
         else:
             await self._adopt_unnamespaced(spider_name)
         logger.info(
@@ -158,7 +158,9 @@ class WritePath:
         assert self.queue is not None
         try:
             moved = await maybe_deferred_to_future(self.call(self.queue.adopt_unnamespaced))
-        except CONNECTION_ERRORS as exc:
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
             self.mark_down(exc)
             return
         old = keys_for(spider_name).namespace
@@ -321,7 +323,7 @@ class WritePath:
         ]
 
     def _spool_if_down(self, failure: Failure, write: Write) -> Outcome | Failure:
-        if not failure.check(*CONNECTION_ERRORS) or self.spool is None:
+        if not is_outage(failure.value) or self.spool is None:
             return failure  # not an outage: the caller reports it
         if not failure.check(RedisDown):
             # A real error from Redis; RedisDown only echoes an outage already
@@ -366,40 +368,59 @@ class WritePath:
         d.addCallbacks(self._recovered, self._still_down)
         return d
 
-    def _replay_spool(self) -> list[tuple[Write, Outcome]]:
+    def _replay_spool(self) -> tuple[list[tuple[Write, Outcome]], BaseException | None]:
+        """Probe the spider's slot, then write the spool in order.
+
+        Returns what was written and, when Redis went away again on the way,
+        that error: the writes from the failed chunk on are back in the spool
+        (those of the chunk that had run replay safely: duplicate or stale).
+        """
         queue, spool = self.queue, self.spool
         assert queue is not None and spool is not None
-        queue.client.ping()
+        queue.probe()
         writes = spool.take()
         outcomes: list[tuple[Write, Outcome]] = []
         for start in range(0, len(writes), QUEUE_BATCH):
             chunk = writes[start : start + QUEUE_BATCH]
             try:
                 outcomes += zip(chunk, self._apply(chunk), strict=True)
-            except CONNECTION_ERRORS:
-                spool.put_back(writes[start:])
-                raise
-            except Exception as exc:  # Redis refuses these for good: keep going
+            except BaseException as exc:
+                if is_outage(exc) or not isinstance(exc, Exception):
+                    spool.put_back(writes[start:])
+                    if not isinstance(exc, Exception):
+                        raise
+                    return outcomes, exc
+                # Redis refuses these for good (a script error): keep going.
                 logger.error("scrapy-retryqueue: %d spooled write(s) failed: %s", len(chunk), exc)
-        return outcomes
+        return outcomes, None
 
-    def _recovered(self, outcomes: list[tuple[Write, Outcome]]) -> bool:
+    def _recovered(self, result: tuple[list[tuple[Write, Outcome]], BaseException | None]) -> bool:
+        outcomes, outage = result
+        if outcomes:
+            self.reporter.count("retryqueue/spool_replayed", len(outcomes))
+            self.reporter.replayed((write.kind, outcome) for write, outcome in outcomes)
+        if outage is not None:
+            self._replayed_while_down += len(outcomes)
+            self._backoff(outage)
+            return False
         was_down = self.down
         self.down = False
-        self.reporter.count("retryqueue/spool_replayed", len(outcomes))
-        self.reporter.replayed((write.kind, outcome) for write, outcome in outcomes)
         if was_down:
             logger.warning(
                 "scrapy-retryqueue: Redis answers again after %.0fs; %d spooled write(s) replayed",
                 time.monotonic() - self._down_since,
-                len(outcomes),
+                len(outcomes) + self._replayed_while_down,
             )
+        self._replayed_while_down = 0
         return True
 
     def _still_down(self, failure: Failure) -> bool:
-        if not failure.check(*CONNECTION_ERRORS):
+        if not is_outage(failure.value):
             logger.error("scrapy-retryqueue: replaying the spool failed: %s", failure.value)
-        self.mark_down(failure.value)
+        self._backoff(failure.value)
+        return False
+
+    def _backoff(self, error: BaseException) -> None:
+        self.mark_down(error)
         self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_DELAY)
         self._next_probe = time.monotonic() + self._reconnect_delay
-        return False

@@ -29,6 +29,7 @@ import redis
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import redact_url
+from ..connection import is_outage
 from ..defaults import (
     REDIS_SOCKET_TIMEOUT,
     STORE_RETENTION_INTERVAL,
@@ -50,6 +51,12 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     redis.RedisError,
     OSError,
 )
+
+
+def transient(exc: BaseException) -> bool:
+    """One of :data:`TRANSIENT`, or Redis (one server or a cluster) out of reach."""
+    return isinstance(exc, TRANSIENT) or is_outage(exc)
+
 
 Forward = Callable[[str, int], Any]
 
@@ -220,14 +227,15 @@ class WriterService:
                 self._stop.wait(self.config.interval)
             except SchemaError as exc:
                 self._give_up(str(exc))
-            except TRANSIENT as exc:
+            except Exception as exc:
+                if not transient(exc):  # a bug: say so, keep the events, and retry later
+                    logger.exception("scrapy-retryqueue: the store writer failed")
+                    self.counters.inc("retryqueue/store/errors")
+                    self._stop.wait(self.config.retry_max)
+                    continue
                 self._failed(exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.config.retry_max)
-            except Exception:  # a bug: say so, keep the events, and retry later
-                logger.exception("scrapy-retryqueue: the store writer failed")
-                self.counters.inc("retryqueue/store/errors")
-                self._stop.wait(self.config.retry_max)
 
     def flush(self, deadline: float, *, closing: bool = True) -> int:
         """Write what is left of every spider served, retrying an unreachable store
@@ -259,7 +267,9 @@ class WriterService:
                 break
             except SchemaError as exc:
                 self._give_up(str(exc))
-            except TRANSIENT as exc:
+            except Exception as exc:
+                if not transient(exc):
+                    raise
                 self._failed(exc)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._forced.wait(min(backoff, remaining)):
@@ -274,7 +284,9 @@ class WriterService:
             try:
                 stream = served.sync.stream
                 left[spider] = stream.pending_count() + (stream.lag() or 0)
-            except (redis.RedisError, OSError):
+            except Exception as exc:
+                if not transient(exc):  # a cluster out of reach is one too (is_outage)
+                    raise
                 left[spider] = None
         return left
 
@@ -388,7 +400,7 @@ class WriterService:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             self.counters.inc("retryqueue/store/outages")
-            if isinstance(exc, redis.RedisError):
+            if isinstance(exc, redis.RedisError) or is_outage(exc):
                 # The events stream is out of reach, not the database: name Redis.
                 logger.error(
                     "scrapy-retryqueue: the store writer cannot read the events in Redis "

@@ -8,6 +8,11 @@ REDIS_URL, so one setting points the whole fleet at one Redis::
 
     scrapy crawl flaky_fleet -a site=http://127.0.0.1:8765 -s REDIS_URL=redis://host:6379/0
 
+That Redis is one server: scrapy-redis's frontier cannot live on a Redis
+Cluster. To keep the retry queue on a cluster, add
+``-s RETRYQUEUE_REDIS_URL=redis://node:7000 -s RETRYQUEUE_REDIS_CLUSTER=True``
+(docs/fleet.md, "On a Redis Cluster").
+
 Start it on as many machines (or terminals) as you like, at the same moment or
 one after another: a node whose frontier runs dry stays while the fleet holds
 frontier requests (waiting or leased to any node), pending retries, or a node
