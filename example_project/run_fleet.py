@@ -149,6 +149,7 @@ class Writer:
 class Crawling:
     """The fleet while it crawls, for a *watch* callback of :func:`run_fleet`."""
 
+    #: The retry queue's Redis (where the leased frontier lives too).
     client: Any
     spider: str
     #: node name -> (its process, its feed file; its log is beside it, .log)
@@ -304,7 +305,7 @@ def run_fleet(
                     # Late relative to the crawl, not to the launch: a loaded machine
                     # can take seconds to start Scrapy, and a fixed sleep could let the
                     # first nodes finish before the late one arrives.
-                    _wait_until_crawling(client, spider, processes)
+                    _wait_until_crawling(queue, spider, processes)
                     time.sleep(late)
                 name = f"node-{n}"
                 out = workdir / f"{spider}-{name}.jsonl"
@@ -323,12 +324,12 @@ def run_fleet(
                     command += ["-s", f"{key}={text}"]
                 processes.append((name, subprocess.Popen(command, cwd=PROJECT), out))
             if during is not None or watch is not None:
-                _wait_until_crawling(client, spider, processes)
+                _wait_until_crawling(queue, spider, processes)
             if during is not None:
                 during(store_writer)
             if watch is not None:
                 nodes_running = {name: (p, out) for name, p, out in processes}
-                watch(Crawling(client, spider, nodes_running, site))
+                watch(Crawling(queue, spider, nodes_running, site))
             results = []
             for name, process, out in processes:
                 returncode = process.wait(600)

@@ -150,6 +150,10 @@ class RetryQueueExtension:
             self._fleet_idle_since = None
         d = self.runtime.poll(last_busy=self._last_busy)
         if d is None:
+            # Nothing to do yet (Redis down and its next probe not due): look again.
+            # The timer is the only caller left when the engine never goes idle (a
+            # leased frontier that holds requests it cannot fetch while Redis is down).
+            self._arm(self.config.poll_interval)
             return
         self._last_poll = time.monotonic()
         d.addCallback(self._after_poll, writes_seen)
