@@ -78,6 +78,9 @@ def test_one_writer_for_three_nodes_stores_everything_once_across_a_kill_9(
         spider=spider,
         writer=writer,
         during=kill_and_restart,
+        # Slow enough pages that the crawl outlasts the writer's first stored rows on
+        # a loaded machine: the kill must fall mid-crawl (asserted below).
+        site_options={"latency": 0.2},
     )
     for node in fleet.nodes:
         assert node.returncode == 0, node.log[-3000:]
