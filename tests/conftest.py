@@ -99,9 +99,18 @@ def redis_cluster_url() -> Iterator[str]:
             capture_output=True,
             timeout=60,
         )
-        probe = redis.Redis(port=nodes[0].port)
-        wait_for(lambda: probe.cluster("info")["cluster_state"] == "ok", "the cluster to be ready")
-        probe.close()
+        # Each node reaches "ok" on its own once the bus has spread the slots; a node
+        # that has not yet answers CLUSTERDOWN, so wait for every one of them.
+        probes = [redis.Redis(port=node.port) for node in nodes]
+        try:
+            wait_for(
+                lambda: all(p.cluster("info")["cluster_state"] == "ok" for p in probes),
+                "every node of the cluster to be ready",
+                timeout=60,
+            )
+        finally:
+            for probe in probes:
+                probe.close()
         yield nodes[0].url
     finally:
         for node in nodes:
