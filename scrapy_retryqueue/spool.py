@@ -5,8 +5,8 @@ replayed in order once Redis answers again. The file is locked by the process
 that owns it; a file whose lock is free belongs to a crawl that died, and the
 next crawl of the same spider against the same queue adopts and replays it, so
 a crash during an outage loses nothing either. A spool belongs to one queue
-(Redis server, database and spider): writes spooled for one server are never
-replayed into another. A Redis Cluster is one queue whatever node a crawl
+(Redis server, database, project namespace and spider): writes spooled for one
+queue are never replayed into another. A Redis Cluster is one queue whatever node a crawl
 reached it through: the caller says which other labels name its queue.
 """
 
@@ -78,6 +78,12 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def spider_folder(spider: str, project: str = "") -> str:
+    """The folder name of one spider's spool in one project's namespace: ``~`` is
+    never in a safe spider name, so no project's folder is another's spider's."""
+    return f"{_safe(project)}~{_safe(spider)}" if project else _safe(spider)
+
+
 #: File beside a queue's spool folders that names the queue, for people.
 QUEUE_LABEL = "QUEUE"
 
@@ -100,10 +106,14 @@ class Spool:
         memory_limit: int,
         limit: int,
         same_queue: Callable[[str], bool] | None = None,
+        project: str = "",
     ):
         #: Where every spool of every queue lives.
         self.root = directory / "spool"
-        self.spider = _safe(spider)
+        self.spider = spider_folder(spider, project)
+        #: The folder the layout before namespaces spooled this spider in: adopted
+        #: like its Redis keys (adopt.lua), by the first namespaced crawl to open.
+        self._legacy = _safe(spider) if project else None
         #: The queue's address as people may see it (no password).
         self.queue = queue
         #: Whether another folder's label names this queue too (a cluster reached
@@ -175,13 +185,18 @@ class Spool:
         label = spider_dir.parent / QUEUE_LABEL
         return label.read_text(encoding="utf-8").strip() if label.is_file() else None
 
+    def _names(self) -> list[str]:
+        return [self.spider] if self._legacy is None else [self.spider, self._legacy]
+
     def _folders_of_this_queue(self) -> list[Path]:
-        """This spider's folders under other labels that name the same queue."""
+        """This spider's folders under other labels that name the same queue, and its
+        folders of the layout before namespaces."""
         if not self.root.is_dir():
             return []
         return [
             spider_dir
-            for spider_dir in sorted(self.root.glob(f"*/{self.spider}"))
+            for name in self._names()
+            for spider_dir in sorted(self.root.glob(f"*/{name}"))
             if spider_dir != self.directory
             and spider_dir.is_dir()
             and (label := self._label_of(spider_dir)) is not None
@@ -196,7 +211,8 @@ class Spool:
         found: list[tuple[Path, int, str]] = []
         if not self.root.is_dir():
             return found
-        for spider_dir in sorted(self.root.glob(f"*/{self.spider}")) + [self.root / self.spider]:
+        folders = [d for name in self._names() for d in sorted(self.root.glob(f"*/{name}"))]
+        for spider_dir in folders + [self.root / name for name in self._names()]:
             if spider_dir == self.directory or not spider_dir.is_dir():
                 continue
             label = self._label_of(spider_dir)

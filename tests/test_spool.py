@@ -9,7 +9,7 @@ from scrapy_retryqueue.queue import Write
 from scrapy_retryqueue.spool import Spool
 
 
-def _spool(tmp_path: Path, queue: str, node: str = "n1") -> Spool:
+def _spool(tmp_path: Path, queue: str, node: str = "n1", project: str = "") -> Spool:
     return Spool(
         tmp_path,
         "shop",
@@ -18,6 +18,7 @@ def _spool(tmp_path: Path, queue: str, node: str = "n1") -> Spool:
         memory_limit=10,
         limit=100,
         same_queue=lambda other: same_queue(queue, other),
+        project=project,
     )
 
 
@@ -127,3 +128,32 @@ def test_a_write_keeps_its_creation_time_and_host_and_an_older_line_reads_withou
     assert _from_line(older) == Write(
         "ack", "a", 5, "t", kind="timeout", url="http://X.test:81/", host="x.test"
     )
+
+
+def test_two_projects_with_one_spider_name_keep_their_spools_apart(tmp_path: Path) -> None:
+    queue = "redis://cache:6379/0"
+    books = _spool(tmp_path, queue, project="books")
+    books.open()
+    books.add(_write("a"))
+    assert books.close() == 1
+    quotes = _spool(tmp_path, queue, node="n2", project="quotes")
+    assert quotes.open() == []  # the other project's writes are not replayed here
+    assert [count for _, count, _ in quotes.elsewhere()] == []  # nor another queue's
+    quotes.close()
+    again = _spool(tmp_path, queue, node="n3", project="books")
+    assert [w.task_id for w in again.open()] == ["a"]
+    again.close()
+
+
+def test_a_spool_from_before_namespaces_is_adopted_by_the_first_namespaced_crawl(
+    tmp_path: Path,
+) -> None:
+    queue = "redis://cache:6379/0"
+    before = _spool(tmp_path, queue)  # no namespace: the layout before them
+    before.open()
+    before.add(_write("a"))
+    assert before.close() == 1
+    upgraded = _spool(tmp_path, queue, node="n2", project="books")
+    assert [w.task_id for w in upgraded.open()] == ["a"]
+    assert upgraded.close() == 0
+    assert _spool(tmp_path, queue, node="n3", project="quotes").open() == []

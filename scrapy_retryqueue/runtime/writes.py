@@ -121,6 +121,7 @@ class WritePath:
             memory_limit=config.spool_memory,
             limit=config.spool_max,
             same_queue=lambda other: same_queue(identity, other),
+            project=config.namespace,
         )
         adopted = self.spool.open()
         for path, count, other in self.spool.elsewhere():
