@@ -187,6 +187,12 @@ class LazyCluster:
         return sorted(node.name for node in self._client.get_nodes())
 
 
+def is_cluster_client(client: object) -> bool:
+    """Whether *client* talks to a Redis Cluster, asked without connecting (a
+    LazyCluster's attributes would make its client)."""
+    return isinstance(client, (RedisCluster, LazyCluster))
+
+
 def client_for(
     config: Config, *, embedded_directory: Path
 ) -> tuple[redis.Redis | LazyCluster, str]:

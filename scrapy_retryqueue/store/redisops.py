@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from ..connection import is_cluster_client
 from ..defaults import STORE_CONSUMER_GROUP
 from ..keys import Keys, keys_for, scan_pattern, spider_of
 from ..queue import task_id_text
@@ -72,7 +73,7 @@ class EventStream:
         self._group_ready = True
 
     def _read(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
-        if hasattr(self.client, "get_node_from_key"):
+        if is_cluster_client(self.client):
             # A cluster client asks a server where XREADGROUP's keys are (COMMAND
             # GETKEYS, twice per call: its keys are "movable"), which tripled the
             # servers' CPU per read; the stream's node is known here.
