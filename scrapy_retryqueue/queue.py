@@ -385,9 +385,10 @@ class RedisDelayedQueue:
             ghosts=[task_id_text(x) for x in raw[3]],
             ghosts_kept=[task_id_text(x) for x in raw[4]],
             budget_deferred={
-                as_text(over[i]): int(over[i + 1]) for i in range(0, len(over) - 1, 2)
+                task_id_text(over[i]): int(over[i + 1]) for i in range(0, len(over) - 1, 2)
             },
-            budget_malformed=[as_text(x) for x in raw[6]],
+            # Domains come from taskinfo, which a hostile writer may fill with any bytes.
+            budget_malformed=[task_id_text(x) for x in raw[6]],
         )
 
     def budget_records(self) -> dict[Any, Any]:

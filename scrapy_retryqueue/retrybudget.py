@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .defaults import BUDGET_RECORD_MAX, BUDGET_SLICES
-from .values import as_text
 
 #: Slices a record holds: the window's and one more (the oldest, retries only).
 SLOTS = BUDGET_SLICES + 1
@@ -78,7 +77,11 @@ def parse_record(raw: Any, slice_length: int) -> BudgetRecord | None:
     """*raw* as a record of slices of *slice_length* ms; an empty record when it was
     written with another slice length (the window changed); None when it is not a
     record at all (a hostile writer): the script starts such a record over."""
-    text = as_text(raw)
+    if isinstance(raw, bytes):
+        if len(raw) > BUDGET_RECORD_MAX:
+            return None
+        raw = raw.decode("ascii", "replace")  # a byte that is no ASCII makes it malformed
+    text = str(raw)
     if len(text) > BUDGET_RECORD_MAX:
         return None
     fields = text.split()
@@ -103,6 +106,13 @@ class DomainBudget:
     allowance: int
 
 
+def _domain(field: Any) -> str:
+    """A record's domain as text; bytes that are not UTF-8 (a hostile writer) shown escaped."""
+    if isinstance(field, bytes):
+        return field.decode("utf-8", "backslashreplace")
+    return str(field)
+
+
 def read_budgets(
     raw: Mapping[Any, Any], *, now: int, share: float, floor: float, window: float
 ) -> tuple[list[DomainBudget], list[str]]:
@@ -113,7 +123,7 @@ def read_budgets(
     states: list[DomainBudget] = []
     malformed: list[str] = []
     for field, value in raw.items():
-        domain = as_text(field)
+        domain = _domain(field)
         record = parse_record(value, length)
         if record is None:
             malformed.append(domain)
