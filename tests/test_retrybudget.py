@@ -12,14 +12,18 @@ import logging
 import random
 from bisect import bisect_right
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import scrapy
 from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+from scrapy_retryqueue import view
+from scrapy_retryqueue.commands._status import budget_lines
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.defaults import META_TASK
 from scrapy_retryqueue.envelope import Task, task_from_json
@@ -35,7 +39,9 @@ from scrapy_retryqueue.retrybudget import (
 )
 from scrapy_retryqueue.runtime.reporting import Reporter
 from scrapy_retryqueue.runtime.retrybudget import RequestCounts
-from scrapy_retryqueue.values import as_text
+from scrapy_retryqueue.values import as_text, now_ms
+
+from .runtimes import unopened_runtime
 
 WINDOW = 10.0
 SLICE = slice_ms(WINDOW)
@@ -420,3 +426,62 @@ def test_no_domain_gets_more_retries_than_its_budget_over_any_window(
     waiting = redis_client.zcard(nodes[0].keys.due)
     assert len(retries) + others + waiting == 3000 + 50
     assert redis_client.zcard(nodes[0].keys.dead) == 0
+
+
+# -- the wiring: downloads counted, carried by the poll, told by the reporter, shown ---------
+
+
+class BudgetSpider(scrapy.Spider):
+    name = "budget"
+
+
+def test_a_nodes_fresh_downloads_reach_the_fleets_record_through_its_poll(
+    queue: RedisDelayedQueue,
+    make_task: Callable[..., Task],
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    runtime = unopened_runtime(
+        BudgetSpider, tmp_path, RETRYQUEUE_RETRY_BUDGET=0.2, RETRYQUEUE_MAX_IN_FLIGHT=100
+    )
+    runtime.crawler.stats.open_spider()
+    for i in range(50):
+        runtime.download_succeeded(Request(f"https://a.example/{i}"))
+    _park(queue, make_task, "a.example", 30)
+    io, _ = runtime.leases.poll_io(
+        queue, None, last_busy=0, budget=runtime.requests.budget, requests=runtime.requests.take()
+    )
+    result = runtime._polled(io())
+    # Now, not in virtual time: the floor's 10 and 20 % of the 50 requests just reported.
+    assert len(result.claimed.tasks) == 20
+    assert result.claimed.budget_deferred == {"a.example": 10}
+    assert runtime.crawler.stats.get_value("retryqueue/budget/deferred") == 10
+    states, malformed = view.budgets(
+        redis_client, queue.keys.spider, now_ms(), share=0.2, floor=1.0, window=WINDOW
+    )
+    assert [(s.domain, s.requests, s.retries, s.allowance) for s in states] == [
+        ("a.example", 50, 20, 0)
+    ]
+    assert malformed == []
+
+
+def test_the_status_line_names_the_busiest_domains_and_what_they_may_still_get() -> None:
+    entry = {
+        "budget": {
+            "share": 0.2,
+            "floor": 1.0,
+            "window": 10.0,
+            "domains": [
+                {"domain": "shop.example", "requests": 104, "retries": 31, "allowance": 0},
+                {"domain": "cdn.example", "requests": 12, "retries": 0, "allowance": 12},
+            ],
+            "malformed": ["bad.example"],
+        }
+    }
+    assert budget_lines(entry) == [
+        "  retry budget (0.2 of requests + 1/s, last 10s): shop.example 31 retries / 104 "
+        "requests, over budget; cdn.example 0 retries / 12 requests, 12 more allowed; "
+        "1 malformed records (started over at next claim)"
+    ]
+    assert budget_lines({"budget": None}) == []
+    assert budget_lines({"budget": {**entry["budget"], "domains": [], "malformed": []}}) == []
