@@ -485,3 +485,49 @@ def test_the_status_line_names_the_busiest_domains_and_what_they_may_still_get()
     ]
     assert budget_lines({"budget": None}) == []
     assert budget_lines({"budget": {**entry["budget"], "domains": [], "malformed": []}}) == []
+
+
+@pytest.mark.parametrize("redis_kind", ["single"])  # the command's settings name one server
+def test_status_reports_each_domains_budget_from_redis(
+    queue: RedisDelayedQueue,
+    make_task: Callable[..., Task],
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    from scrapy_retryqueue.commands._status import render_table, report
+    from scrapy_retryqueue.sources import Sources
+
+    _park(queue, make_task, "a.example", 15)
+    queue.claim(
+        now=now_ms(),
+        limit=100,
+        lease_until=LEASE,
+        token="t",
+        budget=BUDGET,
+        requests={"a.example": 20},
+    )
+    settings = Settings(
+        {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_RETRY_BUDGET": 0.2,
+        }
+    )
+    sources = Sources(settings)
+    try:
+        out = report(sources, [queue.keys.spider])
+    finally:
+        sources.close()
+    budget = out["spiders"][queue.keys.spider]["budget"]
+    assert budget["domains"] == [
+        {"domain": "a.example", "requests": 20, "retries": 14, "allowance": 0}
+    ]
+    assert "a.example 14 retries / 20 requests, over budget" in render_table(out)
+    # Off in the settings the command runs with: no budget part.
+    sources = Sources(
+        Settings({"RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path)})
+    )
+    try:
+        assert report(sources, [queue.keys.spider])["spiders"][queue.keys.spider]["budget"] is None
+    finally:
+        sources.close()
