@@ -125,7 +125,8 @@ def read_budgets(
     for field, value in raw.items():
         domain = _domain(field)
         record = parse_record(value, length)
-        if record is None:
+        if record is None or record.index - index > SLOTS:
+            # Not a record, or one from far ahead: claim.lua starts either over.
             malformed.append(domain)
             continue
         record = record.at(index)

@@ -123,13 +123,14 @@ def test_read_budgets_shows_the_busiest_domains_and_names_the_malformed() -> Non
         b"busy.example": busy.text(SLICE).encode(),
         b"stale.example": stale.text(SLICE).encode(),
         b"bad.example": b"\xff\xfe",
+        b"ahead.example": BudgetRecord(index + 2 * SLOTS).text(SLICE).encode(),
     }
     states, malformed = read_budgets(raw, now=now, share=0.2, floor=1.0, window=WINDOW)
     assert [(s.domain, s.requests, s.retries, s.allowance) for s in states] == [
         ("busy.example", 50, 12, 10 + 10 - 12),
         ("quiet.example", 5, 0, 11),
     ]
-    assert malformed == ["bad.example"]
+    assert malformed == ["ahead.example", "bad.example"]
 
 
 # -- settings --------------------------------------------------------------------------
@@ -531,3 +532,43 @@ def test_status_reports_each_domains_budget_from_redis(
         assert report(sources, [queue.keys.spider])["spiders"][queue.keys.spider]["budget"] is None
     finally:
         sources.close()
+
+
+def test_any_mutation_of_a_record_is_read_or_started_over_never_an_error(
+    queue: RedisDelayedQueue, make_task: Callable[..., Task], redis_client: redis.Redis
+) -> None:
+    rng = random.Random(1919)
+    good = BudgetRecord(T0 // SLICE, (3,) * SLOTS, (1,) * SLOTS).text(SLICE).encode()
+    alphabet = b"0123456789 -.e\xff\x00\t\n"
+    _park(queue, make_task, "a.example", 400)
+    for n in range(150):
+        raw = bytearray(good)
+        for _ in range(rng.randrange(1, 6)):
+            at = rng.randrange(len(raw))
+            action = rng.randrange(3)
+            if action == 0:
+                raw[at] = rng.choice(alphabet)
+            elif action == 1:
+                del raw[at]
+            else:
+                raw[at:at] = bytes([rng.choice(alphabet)]) * rng.randrange(1, 30)
+        redis_client.hset(queue.keys.budget, "a.example", bytes(raw))
+        got = _claim(queue, T0 + n, limit=1)
+        expected = parse_record(bytes(raw), SLICE)
+        if expected is None or expected.index - (T0 + n) // SLICE > SLOTS:
+            assert got.budget_malformed == ["a.example"], bytes(raw)
+        else:
+            assert got.budget_malformed == [], bytes(raw)
+        stored = parse_record(redis_client.hget(queue.keys.budget, "a.example"), SLICE)
+        assert stored is not None  # whatever it met, the script leaves a record that reads
+
+
+def test_a_host_that_is_not_utf8_in_taskinfo_harms_no_claim(
+    queue: RedisDelayedQueue, make_task: Callable[..., Task], redis_client: redis.Redis
+) -> None:
+    _park(queue, make_task, "a.example", 12)
+    for i in range(12):
+        redis_client.hset(queue.keys.taskinfo, f"a.example-{i}", b"0 h\xffst https://x/")
+    got = _claim(queue, T0 + 1)
+    assert len(got.tasks) == 10
+    assert got.budget_deferred == {"h\udcffst": 2}
