@@ -226,6 +226,11 @@ def test_deferrals_are_counted_and_said_in_one_line_per_window(
     )
     assert crawler.stats.get_value("retryqueue/budget/deferred") == 15
     assert crawler.stats.get_value("retryqueue/budget/malformed") == 2
+    # What was deferred after the line is said at the end of the crawl.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scrapy_retryqueue"):
+        reporter.summary()
+    assert "deferred due retries 10 times, of 2 domain(s)" in caplog.text
 
 
 # -- claim.lua against the real Redis ---------------------------------------------------

@@ -211,20 +211,23 @@ class Reporter:
             for domain, n in deferred.items():
                 self._budget_deferred[domain] = self._budget_deferred.get(domain, 0) + n
         now = time.monotonic()
-        window = self.config.retry_budget_window
-        if self._budget_deferred and now - self._budget_said >= window:
-            held = sorted(self._budget_deferred.items(), key=lambda kv: (-kv[1], kv[0]))
-            self._budget_deferred, self._budget_said = {}, now
-            logger.info(
-                "scrapy-retryqueue: the retry budget deferred due retries %d times, of %d "
-                "domain(s) (%s): their retries are at RETRYQUEUE_RETRY_BUDGET=%g of their "
-                "requests + %g/s",
-                sum(n for _, n in held),
-                len(held),
-                ", ".join(f"{d} {n}" for d, n in held[:5]) + (" ..." if len(held) > 5 else ""),
-                self.config.retry_budget,
-                self.config.retry_budget_floor,
-            )
+        if self._budget_deferred and now - self._budget_said >= self.config.retry_budget_window:
+            self._say_budget(now)
+
+    def _say_budget(self, now: float) -> None:
+        """The INFO line of the deferrals summed since the last one."""
+        held = sorted(self._budget_deferred.items(), key=lambda kv: (-kv[1], kv[0]))
+        self._budget_deferred, self._budget_said = {}, now
+        logger.info(
+            "scrapy-retryqueue: the retry budget deferred due retries %d times, of %d "
+            "domain(s) (%s): their retries are at RETRYQUEUE_RETRY_BUDGET=%g of their "
+            "requests + %g/s",
+            sum(n for _, n in held),
+            len(held),
+            ", ".join(f"{d} {n}" for d, n in held[:5]) + (" ..." if len(held) > 5 else ""),
+            self.config.retry_budget,
+            self.config.retry_budget_floor,
+        )
 
     def dead_without_request(self, kind: str, task_ids: list[str], reason: str) -> None:
         """Tasks a poll dead-lettered (poison, malformed): no request to show."""
@@ -352,7 +355,10 @@ class Reporter:
         )
 
     def summary(self) -> None:
-        """Per kind: retries scheduled, recovered, dead-lettered, and the median wait to recover."""
+        """Per kind: retries scheduled, recovered, dead-lettered, and the median wait to recover;
+        and the budget's deferrals not said yet."""
+        if self._budget_deferred:
+            self._say_budget(time.monotonic())
         stats = self.stats
         kinds = sorted(
             {
