@@ -13,21 +13,40 @@ domain's outages are its warm-up and are not counted. Fixed seeds. Figures:
 failed retries per recovered task, the lag from the site's recovery to the
 task's success (p50, p90, s), recoverable tasks dead-lettered (all are
 recoverable here), and retries per second sent to a domain while it is down.
+
+The retry budget (RETRYQUEUE_RETRY_BUDGET = 0.2, floor 1/s, window 10 s), off and
+on, for each strategy: one domain crawled at 10 fresh requests/s for 40 min goes
+down 8 times (lognormal outages, median 40 s, sigma 1, seed fixed); every fresh
+request sent while it is down fails and is parked, and its retries go through
+the real claim.lua on a private Redis in virtual time (a node's poll every
+second carries the fresh requests it sent, claims what is due, runs each retry at
+once; the retry fails while the domain is down). Figures per strategy and budget:
+requests per second sent to the failing domain while it is down (fresh +
+retries), the retries among them, the most retries in any 10 s window, windows
+whose retries exceed the budget (floor x 10 s + 20 % of the fresh requests of
+that window), failed retries per recovered task, the lag from the recovery to
+the task's success (p50, p90), and tasks dead-lettered.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
+from bisect import bisect_right
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from scrapy_retryqueue.backoff import ExponentialBackoff
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.defaults import LEARNED_HALF_LIFE, POLICIES
+from scrapy_retryqueue.envelope import Task
+from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.learned import LearnedBackoff
 from scrapy_retryqueue.policy import Policy, PolicyTable
+from scrapy_retryqueue.queue import RedisDelayedQueue, RetryBudget, Write
 from scrapy_retryqueue.recovery import Record, RecoveryStats, empty_record, observation
 
 KIND = "server_error"
@@ -53,7 +72,7 @@ class FullJitter(ExponentialBackoff):
         return super().delay(replace(ctx, policy=replace(ctx.policy, jitter="full")))
 
 
-def simulate(strategy_name: str) -> dict[str, float]:
+def _table(strategy_name: str) -> tuple[PolicyTable, Any]:
     policy = Policy.from_dict(POLICIES[KIND], where=KIND)
     if strategy_name == "learned":
         strategy: Any = LearnedBackoff()
@@ -64,6 +83,11 @@ def simulate(strategy_name: str) -> dict[str, float]:
     table = PolicyTable(
         {KIND: policy, "unknown": policy}, {}, retry_after_max=3600, backoff=strategy
     )
+    return table, strategy
+
+
+def simulate(strategy_name: str) -> dict[str, float]:
+    table, strategy = _table(strategy_name)
     failure = FailureInfo(KIND, "HttpStatus", "HTTP 503", status=503)
     records: dict[tuple[str, str], Record] = {}
     failed = recovered = dead = 0
@@ -140,12 +164,169 @@ def _learn(
     )
 
 
+# -- the retry budget: one busy domain's outages through the real claim script ---------
+
+BUDGET = RetryBudget(share=0.2, floor=1.0, window=10.0)
+BUDGET_RATE = 10  # fresh requests per second to the domain
+BUDGET_OUTAGES = 8
+BUDGET_MEDIAN = 40.0
+BUDGET_SECONDS = 2400
+#: Virtual time of the simulation's start (ms), far from 0.
+T0 = 1_700_000_000_000
+
+
+def _outages(rng: random.Random) -> list[tuple[float, float]]:
+    """(start, end) of each outage, seconds, spread over the run with healthy spells."""
+    spell = BUDGET_SECONDS / BUDGET_OUTAGES
+    out = []
+    for n in range(BUDGET_OUTAGES):
+        length = min(spell * 0.8, rng.lognormvariate(0.0, 1.0) * BUDGET_MEDIAN)
+        start = n * spell + rng.random() * (spell * 0.9 - length)
+        out.append((start, start + length))
+    return out
+
+
+def simulate_budget(client: redis.Redis, strategy_name: str, budget_on: bool) -> dict[str, float]:
+    table, strategy = _table(strategy_name)
+    failure = FailureInfo(KIND, "HttpStatus", "HTTP 503", status=503)
+    spider = f"adaptive-budget-{strategy_name}-{int(budget_on)}"
+    client.delete(*all_keys(keys_for(spider)))
+    queue = RedisDelayedQueue(client, spider, node_id="sim")
+    budget = BUDGET if budget_on else None
+    rng = random.Random(f"{SEED}-budget")
+    decide_rng = random.Random(f"{SEED}-budget-{strategy_name}")
+    outages = _outages(rng)
+    domain = "busy.example"
+
+    def outage_at(t: float) -> tuple[float, float] | None:
+        for start, end in outages:
+            if start <= t < end:
+                return start, end
+        return None
+
+    #: id -> (task, its first failure (s), ms from it to its latest failure)
+    tasks: dict[str, tuple[Task, float, int | None]] = {}
+    records: dict[tuple[str, str], Record] = {}
+    sent_fresh: list[float] = []
+    retries_at: list[float] = []
+    failed = recovered = dead = 0
+    lags: list[float] = []
+    serial = 0
+    pending_fresh = 0
+    second = 0
+    while second < BUDGET_SECONDS or tasks:
+        if second > BUDGET_SECONDS * 4:
+            break  # a backlog that never drains would show as tasks left (dead)
+        now_ms = T0 + second * 1000
+        writes: list[Write] = []
+        if second < BUDGET_SECONDS:
+            for _ in range(BUDGET_RATE):
+                t = second - 1 + rng.random()
+                sent_fresh.append(t)
+                pending_fresh += 1
+                if t >= 0 and outage_at(t):
+                    serial += 1
+                    decision = table.decide(
+                        failure, {KIND: 0}, domain=domain, rand=decide_rng.random, since_first=0.0
+                    )
+                    task = Task(
+                        id=f"task-{serial}",
+                        spider=spider,
+                        request={"url": f"https://{domain}/{serial}"},
+                        kind=KIND,
+                        due=int(T0 + (t + decision.delay) * 1000),
+                        attempts={KIND: 1},
+                        created=int(T0 + t * 1000),
+                    )
+                    tasks[task.id] = (task, t, None)
+                    writes.append(Write.for_task("schedule", task, None, int(T0 + t * 1000)))
+        if writes:
+            queue.apply(writes)
+        token = f"poll-{second}"
+        got = queue.claim(
+            now=now_ms,
+            limit=10_000,
+            lease_until=now_ms + 60_000,
+            token=token,
+            budget=budget,
+            requests={domain: pending_fresh} if pending_fresh else {},
+        )
+        pending_fresh = 0
+        outcomes: list[Write] = []
+        for task_id, _ in got.tasks:
+            task, first, prior = tasks[task_id]
+            retries_at.append(float(second))
+            since = second - first
+            wait_ms = int(since * 1000)
+            attempts = task.attempts[KIND]
+            if outage_at(second) is None:
+                recovered += 1
+                end = max((e for _, e in outages if e <= second), default=first)
+                lags.append(second - end)
+                _learn(records, domain, prior, wait_ms, True, second)
+                outcomes.append(Write("ack", task_id, now_ms, token, kind=KIND))
+                del tasks[task_id]
+                continue
+            failed += 1
+            _learn(records, domain, prior, wait_ms, False, second)
+            decision = table.decide(
+                failure, {KIND: attempts}, domain=domain, rand=decide_rng.random, since_first=since
+            )
+            if not decision.retry:
+                dead += 1
+                outcomes.append(Write.for_task("deadletter", task, token, now_ms))
+                del tasks[task_id]
+                continue
+            task = replace(
+                task, attempts={KIND: attempts + 1}, due=int(now_ms + decision.delay * 1000)
+            )
+            tasks[task_id] = (task, first, wait_ms)
+            outcomes.append(Write.for_task("reschedule", task, token, now_ms))
+        if outcomes:
+            queue.apply(outcomes)
+        if isinstance(strategy, LearnedBackoff) and second % 30 == 0:
+            strategy.learned(RecoveryStats(records))
+        second += 1
+    client.delete(*all_keys(keys_for(spider)))
+    dead += len(tasks)
+    sent_fresh.sort()
+    down_s = sum(end - start for start, end in outages)
+    fresh_down = sum(1 for t in sent_fresh if outage_at(t))
+    retries_down = sum(1 for t in retries_at if outage_at(t))
+    peak = over = 0
+    for k, t in enumerate(retries_at):
+        in_window = k + 1 - bisect_right(retries_at, t - BUDGET.window)
+        fresh = bisect_right(sent_fresh, t) - bisect_right(sent_fresh, t - BUDGET.window)
+        peak = max(peak, in_window)
+        if in_window > BUDGET.floor * BUDGET.window + BUDGET.share * fresh:
+            over += 1
+    lags.sort()
+    return {
+        "requests/s down": (fresh_down + retries_down) / down_s,
+        "retries/s down": retries_down / down_s,
+        "peak retries per 10 s": float(peak),
+        "retries over budget": float(over),
+        "failed/recovered": failed / max(1, recovered),
+        "lag p50 s": statistics.median(lags) if lags else 0.0,
+        "lag p90 s": lags[int(len(lags) * 0.9)] if lags else 0.0,
+        "dead": float(dead),
+    }
+
+
 def measure(redis_url: str, tmp: Path) -> dict[str, float]:
     results = {name: simulate(name) for name in ("exponential", "full", "learned")}
     figures: dict[str, float] = {}
     for name, values in results.items():
         for figure, value in values.items():
             figures[f"{name} {figure}"] = value
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for name in ("exponential", "full", "learned"):
+            for on in (False, True):
+                for figure, value in simulate_budget(client, name, on).items():
+                    figures[f"budget {'on' if on else 'off'}, {name}: {figure}"] = value
+    finally:
+        client.close()
     exp, learned = results["exponential"], results["learned"]
     figures["learned ÷ exponential failed/recovered"] = (
         learned["failed/recovered"] / exp["failed/recovered"]

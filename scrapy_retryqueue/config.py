@@ -130,6 +130,11 @@ class Config:
     learned_half_life: float = defaults.LEARNED_HALF_LIFE
     learned_max_records: int = defaults.LEARNED_MAX_RECORDS
     learned_refresh: float = defaults.LEARNED_REFRESH
+    #: The retry budget per domain (retrybudget.py): the share of a domain's fresh
+    #: requests its retries may be (0: off), the floor (retries/s), the window (s).
+    retry_budget: float = defaults.RETRY_BUDGET
+    retry_budget_floor: float = defaults.RETRY_BUDGET_FLOOR
+    retry_budget_window: float = defaults.RETRY_BUDGET_WINDOW
 
 
 def raw_setting(settings: Any, name: str) -> Any:
@@ -797,6 +802,7 @@ def load_config(settings: Any) -> Config:
         learned_refresh=float(
             number_setting(settings, "RETRYQUEUE_LEARNED_REFRESH", strict=True, finite=True)
         ),
+        **retry_budget_settings(settings),
     )
     # Read only by LearnedBackoff and the Spidermon monitors (at the crawl's
     # end), but said at start like the others: a crawl must not run for hours
@@ -804,6 +810,35 @@ def load_config(settings: Any) -> Config:
     learned_backoff_settings(settings)
     monitor_thresholds(settings)
     return config
+
+
+def retry_budget_settings(settings: Any) -> dict[str, float]:
+    """RETRYQUEUE_RETRY_BUDGET (a share, 0: off), its floor and window, checked.
+
+    The floor must be above 0: a domain the crawl sends no fresh request to any
+    more would otherwise never get its waiting retries, and the crawl would not end.
+    """
+    return {
+        "retry_budget": float(
+            number_setting(settings, "RETRYQUEUE_RETRY_BUDGET", maximum=defaults.RETRY_BUDGET_MAX)
+        ),
+        "retry_budget_floor": float(
+            number_setting(
+                settings,
+                "RETRYQUEUE_RETRY_BUDGET_FLOOR",
+                strict=True,
+                maximum=defaults.RETRY_BUDGET_FLOOR_MAX,
+            )
+        ),
+        "retry_budget_window": float(
+            number_setting(
+                settings,
+                "RETRYQUEUE_RETRY_BUDGET_WINDOW",
+                minimum=defaults.RETRY_BUDGET_WINDOW_MIN,
+                maximum=defaults.RETRY_BUDGET_WINDOW_MAX,
+            )
+        ),
+    }
 
 
 def learned_backoff_settings(settings: Any) -> tuple[float, float]:

@@ -122,6 +122,25 @@ LEARNED_MIN_AT_RISK = 3.0
 #: LearnedBackoff's jitter: its delay is spread over +-half this share.
 LEARNED_JITTER = 0.1
 
+#: RETRYQUEUE_RETRY_BUDGET: share of a domain's fresh requests its retries may be
+#: (0: no retry budget). Off by default: with it, a queue's retries to a domain
+#: the crawl no longer sends fresh requests to drain at the floor's pace.
+RETRY_BUDGET = 0.0
+#: RETRYQUEUE_RETRY_BUDGET_FLOOR: retries per second a domain may always get.
+RETRY_BUDGET_FLOOR = 1.0
+#: RETRYQUEUE_RETRY_BUDGET_WINDOW: seconds over which retries and requests are counted.
+RETRY_BUDGET_WINDOW = 10.0
+#: Slices the budget's window is cut into (retrybudget.py): its resolution.
+BUDGET_SLICES = 10
+#: Longest budget record the claim script and the reader accept, characters.
+BUDGET_RECORD_MAX = 512
+#: The budget's share, at most (Finagle's percentCanRetry stops at 1000 %).
+RETRY_BUDGET_MAX = 10.0
+#: Bounds of the floor (retries/s) and the window (s).
+RETRY_BUDGET_FLOOR_MAX = 1_000_000.0
+RETRY_BUDGET_WINDOW_MIN = 1.0
+RETRY_BUDGET_WINDOW_MAX = 86_400.0
+
 #: RETRYQUEUE_EVENTS_MAXLEN: approximate cap on a spider's events stream, entries.
 EVENTS_MAXLEN = 1_000_000
 #: Most writes (or task ids) one script call carries: bounds how long one call
@@ -233,6 +252,13 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_LEARNED_MIN_OUTAGES": LEARNED_MIN_OUTAGES,
     #: LearnedBackoff: seconds of lag after a recovery one failed attempt is worth.
     "RETRYQUEUE_LEARNED_ATTEMPT_COST": LEARNED_ATTEMPT_COST,
+    #: The fleet's retry budget per domain (docs/backoff.md): a domain's retries are
+    #: held to this share of its fresh requests, plus the floor; 0: off.
+    "RETRYQUEUE_RETRY_BUDGET": RETRY_BUDGET,
+    #: Retries per second a domain may get whatever its requests.
+    "RETRYQUEUE_RETRY_BUDGET_FLOOR": RETRY_BUDGET_FLOOR,
+    #: Seconds over which the budget counts requests and retries.
+    "RETRYQUEUE_RETRY_BUDGET_WINDOW": RETRY_BUDGET_WINDOW,
     #: A file that gets one JSON line per retry decision; None: no audit log.
     "RETRYQUEUE_AUDIT_LOG": None,
     #: The audit file's loguru rotation and retention.

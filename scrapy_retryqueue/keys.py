@@ -86,6 +86,9 @@ class Keys:
     #: HASH "<kind> <domain>" -> learned recovery record (recovery.py): how long
     #: the domain's outages of that kind lasted, as weighted survival bins
     recovery: str
+    #: HASH domain -> retry budget record (retrybudget.py): the fresh requests and
+    #: the retries of the domain, per slice of the budget's window
+    budget: str
     #: The project's namespace; "" for the layout from before namespaces.
     project: str = ""
 
@@ -163,6 +166,7 @@ def keys_for(spider: str, project: str = "") -> Keys:
         frontier_quarantine=f"{base}:frontier:quarantine",
         frontier_seq=f"{base}:frontier:seq",
         recovery=f"{base}:recovery",
+        budget=f"{base}:budget",
     )
 
 
@@ -184,6 +188,7 @@ def all_keys(keys: Keys) -> list[str]:
         keys.probes,
         keys.nodes,
         keys.recovery,
+        keys.budget,
         *frontier_keys(keys),
     ]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from operator import attrgetter
@@ -32,6 +32,7 @@ from .defaults import (
 from .envelope import Task
 from .keys import Keys, all_keys, keys_for
 from .recovery import field_name, observation
+from .retrybudget import SLOTS, slice_ms
 from .taskinfo import host_of, taskinfo_value
 from .values import as_text
 
@@ -161,6 +162,27 @@ class Claimed:
     ghosts: list[str] = field(default_factory=list)
     #: Ghosts whose id already had a dead letter: dropped from due, that one kept.
     ghosts_kept: list[str] = field(default_factory=list)
+    #: Domain -> tasks the retry budget moved to later instead of claiming them.
+    budget_deferred: dict[str, int] = field(default_factory=dict)
+    #: Domains whose budget record was malformed: started over (claim.lua).
+    budget_malformed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBudget:
+    """The retry budget a claim enforces (retrybudget.py): a share of each domain's
+    fresh requests, the retries a window always allows, the window (s)."""
+
+    share: float
+    floor: float
+    window: float
+
+    def args(self, requests: Mapping[str, int]) -> list[Any]:
+        """claim.lua's ARGV[13..]: the budget, then *requests* (domain -> fresh requests)."""
+        args: list[Any] = [self.share, self.floor * self.window, slice_ms(self.window), SLOTS]
+        for domain, count in requests.items():
+            args += [domain, count]
+        return args
 
 
 @dataclass(slots=True)
@@ -325,26 +347,33 @@ class RedisDelayedQueue:
         cooldowns: bool = False,
         recheck_ms: int = PROBE_RECHECK_MS,
         deferral_max_wait_ms: int = 0,
+        budget: RetryBudget | None = None,
+        requests: Mapping[str, int] | None = None,
     ) -> Claimed:
         """Lease up to *limit* due tasks; also report the queue's counts.
 
         With *cooldowns*, tasks of a domain cooling down are moved to the end
-        of its cooldown instead (see claim.lua and domains.py).
+        of its cooldown instead (see claim.lua and domains.py). With *budget*,
+        *requests* (domain -> fresh requests this node sent since its last claim)
+        are added to the domains' budget records first, and tasks of a domain
+        over its budget are moved to the budget's next slice (retrybudget.py).
         """
         k = self.keys
         raw = self._run(
             "claim",
             [
                 *(k.due, k.leased, k.tasks, k.owners, k.events, k.cooling, k.probes),
-                *(k.dead, k.deadtasks, k.reclaims, k.taskinfo, k.deadkinds),
+                *(k.dead, k.deadtasks, k.reclaims, k.taskinfo, k.deadkinds, k.budget),
             ],
             [
                 *(now, limit, lease_until, token, self.node_id, self.events_maxlen),
                 *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms, ENVELOPE_VERSION),
                 *(kinds.RATE_LIMITED, kinds.MALFORMED),
+                *(budget.args(requests or {}) if budget is not None else []),
             ],
         )
-        pairs = raw[5:]
+        over = raw[5]
+        pairs = raw[7:]
         return Claimed(
             tasks=[
                 (task_id_text(pairs[i]), envelope_text(pairs[i + 1]))
@@ -355,7 +384,16 @@ class RedisDelayedQueue:
             next_due=None if int(raw[2]) < 0 else int(raw[2]),
             ghosts=[task_id_text(x) for x in raw[3]],
             ghosts_kept=[task_id_text(x) for x in raw[4]],
+            budget_deferred={
+                task_id_text(over[i]): int(over[i + 1]) for i in range(0, len(over) - 1, 2)
+            },
+            # Domains come from taskinfo, which a hostile writer may fill with any bytes.
+            budget_malformed=[task_id_text(x) for x in raw[6]],
         )
+
+    def budget_records(self) -> dict[Any, Any]:
+        """The retry budget's records as stored (domain -> record), for people to read."""
+        return dict(self.client.hgetall(self.keys.budget))
 
     def renew(self, leases: dict[str, str], *, lease_until: int) -> list[str]:
         """Extend the leases in *leases* (task id → token); return the ids lost."""

@@ -17,6 +17,7 @@ from .defaults import STORE_CONSUMER_GROUP
 from .domains import parse_state
 from .events import Event, entry_ms, entry_type, parse_entries
 from .keys import all_keys, keys_for, lease_owner, scan_pattern, spider_of
+from .retrybudget import DomainBudget, read_budgets
 from .values import as_text
 
 #: Entries one XRANGE / XREVRANGE call reads.
@@ -118,6 +119,22 @@ def _cooling(cooling: list[tuple[Any, float]], states: dict[Any, Any]) -> list[d
             }
         )
     return out
+
+
+def budgets(
+    client: Any,
+    spider: str,
+    now_ms: int,
+    *,
+    share: float,
+    floor: float,
+    window: float,
+    project: str = "",
+) -> tuple[list[DomainBudget], list[str]]:
+    """The retry budget of each domain with requests or retries in its window now,
+    busiest first, by the budget's settings; and the domains whose record is malformed."""
+    raw = client.hgetall(keys_for(spider, project).budget)
+    return read_budgets(raw, now=now_ms, share=share, floor=floor, window=window)
 
 
 def lease_holders(client: Any, spider: str, project: str = "") -> Counter[str]:

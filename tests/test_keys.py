@@ -43,6 +43,7 @@ def test_key_names():
     assert keys.frontier_leased == "retryqueue:{quotes}:frontier:leased"
     assert keys.frontier_seen == "retryqueue:{quotes}:frontier:seen"
     assert keys.frontier_quarantine == "retryqueue:{quotes}:frontier:quarantine"
+    assert keys.budget == "retryqueue:{quotes}:budget"
 
 
 def test_all_keys_lists_every_key_once():
@@ -54,7 +55,7 @@ def test_all_keys_lists_every_key_once():
         if k not in ("spider", "project")
     ]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 25
+    assert len(set(listed)) == len(listed) == 26
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])

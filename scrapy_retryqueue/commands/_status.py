@@ -37,6 +37,7 @@ def report(sources: Sources, spiders: list[str], settings: Any = None) -> dict[s
     out: dict[str, Any] = {"spiders": {}, "notes": status.notes, "nothing_yet": []}
     for spider in status.spiders:
         out["spiders"][spider] = _entry(status, spider)
+        out["spiders"][spider]["budget"] = budget_entry(status, spider, sources)
     if status.missing:
         known = project_spiders(settings)
         unknown = [name for name in status.missing if known is None or name not in known]
@@ -86,6 +87,61 @@ def _entry(status: Status, spider: str, *, nothing: bool = False) -> dict[str, A
         "by_kind": (history or {}).get("by_kind", {}) if db is not None else None,
         "top_domains": (history or {}).get("top_domains", []) if db is not None else None,
     }
+
+
+#: Domains the budget part of the table names, at most (the busiest).
+BUDGET_DOMAINS_SHOWN = 5
+
+
+def budget_entry(status: Status, spider: str, sources: Sources) -> dict[str, Any] | None:
+    """The retry budget per domain (RETRYQUEUE_RETRY_BUDGET), JSON-ready; None when the
+    budget is off in these settings or Redis cannot be read."""
+    config = sources.config
+    if not config.retry_budget or status.client is None:
+        return None
+    states, malformed = view.budgets(
+        status.client,
+        spider,
+        status.now_ms,
+        share=config.retry_budget,
+        floor=config.retry_budget_floor,
+        window=config.retry_budget_window,
+        project=status.project,
+    )
+    return {
+        "share": config.retry_budget,
+        "floor": config.retry_budget_floor,
+        "window": config.retry_budget_window,
+        "domains": [
+            {
+                "domain": s.domain,
+                "requests": s.requests,
+                "retries": s.retries,
+                "allowance": s.allowance,
+            }
+            for s in states
+        ],
+        "malformed": malformed,
+    }
+
+
+def budget_lines(entry: dict[str, Any]) -> list[str]:
+    """The table's budget part of one spider: its busiest domains, one line."""
+    budget = entry.get("budget")
+    if not budget or not (budget["domains"] or budget["malformed"]):
+        return []
+    shown = budget["domains"][:BUDGET_DOMAINS_SHOWN]
+    parts = [
+        f"{d['domain']} {d['retries']} retries / {d['requests']} requests"
+        + (", over budget" if d["allowance"] <= 0 else f", {d['allowance']} more allowed")
+        for d in shown
+    ]
+    if len(budget["domains"]) > len(shown):
+        parts.append(f"{len(budget['domains']) - len(shown)} more domains")
+    if budget["malformed"]:
+        parts.append(f"{len(budget['malformed'])} malformed records (started over at next claim)")
+    head = f"  retry budget ({budget['share']:g} of requests + {budget['floor']:g}/s, "
+    return [head + f"last {budget['window']:g}s): " + "; ".join(parts)]
 
 
 def project_spiders(settings: Any) -> set[str] | None:
@@ -173,6 +229,7 @@ def render_table(report: dict[str, Any]) -> str:
                     for c in e["cooling"]
                 )
             )
+        details.extend(budget_lines(e))
         if details:
             lines.append("")
             lines.append(f"{spider}:")

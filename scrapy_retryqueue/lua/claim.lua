@@ -28,6 +28,23 @@
 -- ARGV[11] kind of a task dead-lettered for waiting too long (kinds.RATE_LIMITED)
 -- ARGV[12] kind of a ghost's dead letter (kinds.MALFORMED)
 --
+-- KEYS[13] budget   HASH domain -> retry budget record (retrybudget.py)   (optional)
+-- ARGV[13] retry budget share of a domain's fresh requests; 0 or absent: no budget
+-- ARGV[14] retries a domain may get per window whatever its requests (floor x window)
+-- ARGV[15] length of one slice of the budget's window (ms)
+-- ARGV[16] slices a record holds (BUDGET_SLICES + 1)
+-- ARGV[17..] domain, count pairs: the fresh requests this node sent to each
+--            domain since its last poll, added to the domain's record first
+--
+-- With a retry budget (ARGV[13] > 0), a task is claimed only while its domain's
+-- retries of the record's slices, with it, stay within ARGV[14] + ARGV[13] x the
+-- requests of its newest slices but two (retrybudget.py says why). One over budget
+-- is moved to the start of the next slice in due: deferred, not dropped, its
+-- envelope untouched (no attempt used), never dead-lettered for its wait. A record
+-- that does not read as this script writes it (a hostile writer) is started over
+-- and its domain returned. Records of this slice length only: one of another
+-- (the window changed) starts over silently.
+--
 -- A ghost is a due id without an envelope in tasks (written around these
 -- scripts, or its envelope lost: eviction, a partial restore). Nothing of it
 -- can be retried. It leaves due and becomes a dead letter of kind ARGV[12]
@@ -35,9 +52,9 @@
 -- id already has a dead letter, that one is kept as it is and the ghost is
 -- only reported back.
 --
--- With cooldowns (ARGV[7] = 1, and only while some domain cools down), the
--- host and creation time of each candidate task are read from taskinfo (never
--- from the envelope): a task of a cooling domain is not claimed but moved to
+-- With cooldowns (ARGV[7] = 1, and only while some domain cools down) or a
+-- retry budget, the host and creation time of each candidate task are read
+-- from taskinfo (never from the envelope): a task of a cooling domain is not claimed but moved to
 -- the end of the cooldown in due; once the cooldown has ended (half-open), the
 -- first task claimed for the domain is its single probe (its lease expiry is
 -- stored in probes) and the others wait ARGV[8] ms more, until the probe
@@ -46,13 +63,75 @@
 -- has no longest wait.
 --
 -- Returns {due count, leased count, next due time (ms) or -1, {ghost ids
--- dead-lettered}, {ghost ids whose dead letter was kept}, id1, envelope1,
--- id2, envelope2, ...}; counts and next due time are taken after the claim.
+-- dead-lettered}, {ghost ids whose dead letter was kept}, {domain, tasks the
+-- budget deferred, ...}, {domains whose budget record was malformed}, id1,
+-- envelope1, id2, envelope2, ...}; counts and next due time are taken after the claim.
 -- Envelopes are returned as stored: the caller decodes each on its own, so
 -- one that is not UTF-8 text harms no other task of the batch.
 -- One 'claimed' event covers the whole batch: its 'ids' field lists the task
 -- ids, separated by spaces (an event per task cost a third of the throughput).
-local out = {0, 0, -1, {}, {}}
+local out = {0, 0, -1, {}, {}, {}, {}}
+local now = tonumber(ARGV[1])
+
+-- The retry budget (retrybudget.py): records loaded once per call, written at the end.
+local share = tonumber(ARGV[13] or '0') or 0
+local budget_on = share > 0
+local budgets, budget_order = {}, {}
+local slots, slice, index, floor_total = 0, 1, 0, 0
+if budget_on then
+  floor_total = tonumber(ARGV[14])
+  slice = tonumber(ARGV[15])
+  slots = tonumber(ARGV[16])
+  index = math.floor(now / slice)
+end
+local function record(host)
+  local rec = budgets[host]
+  if rec then return rec end
+  rec = {q = {}, r = {}, at = index}
+  for i = 1, slots do rec.q[i] = 0 rec.r[i] = 0 end
+  local raw = redis.call('HGET', KEYS[13], host)
+  if raw then
+    local nums, ok = {}, #raw <= 512
+    if ok then
+      for tok in string.gmatch(raw, '%S+') do
+        if #tok > 15 or not string.match(tok, '^%d+$') then ok = false break end
+        nums[#nums + 1] = tonumber(tok)
+      end
+    end
+    local shift = ok and #nums == 2 + 2 * slots and index - nums[2]
+    if not shift or shift < -slots then
+      -- Not a record this script wrote, or one from far ahead: started over.
+      local bad = out[7]
+      bad[#bad + 1] = host
+    elseif nums[1] == slice then
+      -- A record a little ahead (another node's clock) counts on in its own newest slice.
+      if shift < 0 then shift, rec.at = 0, nums[2] end
+      for i = 1, slots - shift do
+        rec.q[i] = nums[2 + i + shift]
+        rec.r[i] = nums[2 + slots + i + shift]
+      end
+    end
+  end
+  budgets[host] = rec
+  budget_order[#budget_order + 1] = host
+  return rec
+end
+local function allowance(rec)
+  local q, r = 0, 0
+  for i = 3, slots do q = q + rec.q[i] end
+  for i = 1, slots do r = r + rec.r[i] end
+  return math.floor(floor_total + share * q) - r
+end
+if budget_on then
+  for i = 17, #ARGV - 1, 2 do
+    local host, count = ARGV[i], tonumber(ARGV[i + 1])
+    if host ~= '' and count and count > 0 then
+      local rec = record(host)
+      rec.q[slots] = rec.q[slots] + count
+    end
+  end
+end
+
 local ids = {}
 if tonumber(ARGV[2]) > 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
@@ -61,10 +140,11 @@ local envelopes = {}
 if #ids > 0 then
   -- One command per structure for the whole batch, not one per task.
   envelopes = redis.call('HMGET', KEYS[3], unpack(ids))
-  if tonumber(ARGV[7] or '0') == 1 and redis.call('ZCARD', KEYS[6]) > 0 then
-    local now = tonumber(ARGV[1])
+  local cooldowns = tonumber(ARGV[7] or '0') == 1 and redis.call('ZCARD', KEYS[6]) > 0
+  if cooldowns or budget_on then
     local infos = redis.call('HMGET', KEYS[11], unpack(ids))
-    local kept, kept_envelopes, deferred = {}, {}, {}
+    local kept, kept_envelopes, deferred, over = {}, {}, {}, {}
+    local next_slice = (index + 1) * slice
     for i, id in ipairs(ids) do
       local envelope = envelopes[i]
       -- "<created ms> <host> <url>": created and host may be empty.
@@ -72,8 +152,8 @@ if #ids > 0 then
       if envelope and infos[i] then
         created, host, url = string.match(infos[i], '^(%d*) (%S*) (.*)$')
       end
-      local cool = host and host ~= '' and redis.call('ZSCORE', KEYS[6], host)
-      local later = nil
+      local later, probe_for, budgeted = nil, nil, false
+      local cool = cooldowns and host and host ~= '' and redis.call('ZSCORE', KEYS[6], host)
       if cool then
         cool = tonumber(cool)
         if cool > now then
@@ -83,12 +163,24 @@ if #ids > 0 then
           if probe and tonumber(probe) > now then
             later = now + tonumber(ARGV[8])
           else
-            redis.call('HSET', KEYS[7], host, ARGV[3])
+            probe_for = host
           end
         end
       end
+      if not later and budget_on and host and host ~= '' then
+        local rec = record(host)
+        if allowance(rec) > 0 then
+          rec.r[slots] = rec.r[slots] + 1
+        else
+          later, budgeted = next_slice, true
+          over[host] = (over[host] or 0) + 1
+        end
+      end
+      if probe_for and not later then
+        redis.call('HSET', KEYS[7], probe_for, ARGV[3])
+      end
       local max_wait = tonumber(ARGV[9] or '0')
-      local since = later and max_wait > 0 and tonumber(created)
+      local since = later and not budgeted and max_wait > 0 and tonumber(created)
       if since and later - since > max_wait then
         redis.call('ZREM', KEYS[1], id)
         redis.call('HDEL', KEYS[3], id)
@@ -111,7 +203,33 @@ if #ids > 0 then
     if #deferred > 0 then
       redis.call('ZADD', KEYS[1], unpack(deferred))
     end
+    local told = out[6]
+    for _, host in ipairs(budget_order) do
+      if over[host] then
+        told[#told + 1] = host
+        told[#told + 1] = over[host]
+      end
+    end
     ids, envelopes = kept, kept_envelopes
+  end
+end
+if budget_on then
+  for _, host in ipairs(budget_order) do
+    local rec, used = budgets[host], 0
+    local text = {string.format('%d', slice), string.format('%d', rec.at)}
+    for i = 1, slots do
+      text[#text + 1] = string.format('%d', rec.q[i])
+      used = used + rec.q[i]
+    end
+    for i = 1, slots do
+      text[#text + 1] = string.format('%d', rec.r[i])
+      used = used + rec.r[i]
+    end
+    if used > 0 then
+      redis.call('HSET', KEYS[13], host, table.concat(text, ' '))
+    else
+      redis.call('HDEL', KEYS[13], host)
+    end
   end
 end
 if #ids > 0 then
@@ -131,7 +249,6 @@ if #ids > 0 then
       -- Never overwrite a real dead letter with the note of a ghost.
       kept_dead[#kept_dead + 1] = id
     else
-      local now = tonumber(ARGV[1])
       local why = {kind = ARGV[12], type = 'MissingEnvelope',
         message = 'task id was in the due set without an envelope in the tasks hash'}
       redis.call('HDEL', KEYS[10], id)

@@ -59,6 +59,7 @@ from .leases import Leases, PollResult
 from .outcome import Outcome
 from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
+from .retrybudget import RequestCounts
 from .taskref import (
     live_ref,
     ref_created,
@@ -235,6 +236,8 @@ class RetryQueueRuntime:
         self.writes = WritePath(self.config, self.reporter)
         self.breaker = DomainBreaker(self.config, self.writes, self.reporter)
         self.leases = Leases(self.config)
+        #: Fresh requests per domain for the fleet's retry budget, until the next poll.
+        self.requests = RequestCounts(self.config)
         #: The leased frontier's requests this node holds (when a scheduler queue
         #: of the leased frontier uses this crawler: frontier.py).
         self.frontier = Frontier(self.config, self.leases.new_token)
@@ -503,13 +506,20 @@ class RetryQueueRuntime:
 
     def download_failed(self, request: Request, failure: FailureInfo) -> Parking:
         """A download failed: the domain's breaker hears of it, then the request is parked."""
+        self._downloaded(request)
         self.breaker.downloaded(request, failure)
         return self.park(request, failure)
 
     def download_succeeded(self, request: Request) -> None:
         """A download the site answered: the breaker hears of it; a re-injected task is done."""
+        self._downloaded(request)
         self.breaker.downloaded(request, None)
         self.ack(request)
+
+    def _downloaded(self, request: Request) -> None:
+        """A fresh request (not a retry) counts toward its domain's retry budget."""
+        if self.requests.budget is not None and ref_of(request) is None:
+            self.requests.sent(request)
 
     def defer(self, request: Request, *, held: bool = False) -> Parking | None:
         """Park a fresh request whose domain cools down (kind ``deferred``, no budget used).
@@ -934,6 +944,8 @@ class RetryQueueRuntime:
             last_busy=last_busy,
             registered=self._registered,
             learns=learns,
+            budget=self.requests.budget,
+            requests=self.requests.take(),
         )
         d = writes.call_untracked(io)
         d.addCallbacks(self._polled, self._poll_failed, errbackArgs=(token,))
@@ -976,6 +988,7 @@ class RetryQueueRuntime:
             reporter.dead_without_request(POISON_KIND, result.poisoned, reason)
         # Ghosts (due ids without an envelope): claim.lua dead-lettered them.
         reporter.ghosts(result.claimed)
+        reporter.budget(result.claimed)
         if result.lost:
             self.leases.lost(result.lost)
             reporter.count("retryqueue/lease_lost", len(result.lost))

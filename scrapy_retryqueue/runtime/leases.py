@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from ..config import Config
     from ..domains import DomainCooldowns
-    from ..queue import Claimed, RedisDelayedQueue
+    from ..queue import Claimed, RedisDelayedQueue, RetryBudget
 
 
 @dataclass(slots=True)
@@ -92,6 +92,8 @@ class Leases:
         last_busy: int,
         registered: int = 0,
         learns: bool = False,
+        budget: RetryBudget | None = None,
+        requests: dict[str, int] | None = None,
     ) -> tuple[Callable[[], PollResult], str]:
         """The blocking part of one poll, as a function for the worker thread, and the
         lease token its claim uses (see :meth:`doubt`).
@@ -99,7 +101,9 @@ class Leases:
         What to renew and how much room there is are read now, on the reactor
         thread; Redis is called only by the returned function. With *learns* (the
         strategy learns), the recovery records are read in the heartbeat's round
-        trip once every RETRYQUEUE_LEARNED_REFRESH seconds, and decoded there.
+        trip once every RETRYQUEUE_LEARNED_REFRESH seconds, and decoded there. With
+        *budget*, the claim adds *requests* (this node's fresh requests per domain
+        since its last poll) to the fleet's retry budget and holds to it.
         """
         config = self.config
         now = time.time()
@@ -135,6 +139,8 @@ class Leases:
                 cooldowns=domains is not None,
                 recheck_ms=PROBE_RECHECK_MS,
                 deferral_max_wait_ms=max_wait_ms,
+                budget=budget,
+                requests=requests,
             )
             cooling = domains.cooling() if domains is not None else None
             nodes = queue.heartbeat(

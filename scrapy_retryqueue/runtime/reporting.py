@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,11 @@ class Reporter:
             )
         self._errors_logged: set[str] = set()
         self._records_logged: set[str] = set()
+        #: Retries the budget deferred since its last log line, per domain, and when
+        #: that line was said (time.monotonic()).
+        self._budget_deferred: dict[str, int] = {}
+        self._budget_said = float("-inf")
+        self._budget_malformed: set[str] = set()
         self._lines_per_stat: dict[str, int] = {}
         #: Kind -> seconds each recovered task waited since its first failure.
         self._recovery_waits: dict[str, list[float]] = {}
@@ -182,6 +188,45 @@ class Reporter:
             "scrapy-retryqueue: %d learned recovery record(s) are malformed and ignored: %s",
             len(new),
             ", ".join(ascii(f)[:80] for f in new[:5]) + (" ..." if len(new) > 5 else ""),
+        )
+
+    def budget(self, claimed: Claimed) -> None:
+        """What the retry budget did in one claim: the retries it deferred, counted, and
+        said in one INFO line per budget window at most (the domains summed since the
+        last line); records it found malformed (started over), one WARNING line each."""
+        if claimed.budget_malformed:
+            self.count("retryqueue/budget/malformed", len(claimed.budget_malformed))
+            new = [d for d in claimed.budget_malformed if d not in self._budget_malformed]
+            if new and len(self._budget_malformed) < _SAY_ONCE_MAX * 20:
+                self._budget_malformed.update(new)
+                logger.warning(
+                    "scrapy-retryqueue: %d retry budget record(s) were malformed and are "
+                    "started over: %s",
+                    len(new),
+                    ", ".join(ascii(d)[:80] for d in new[:5]) + (" ..." if len(new) > 5 else ""),
+                )
+        deferred = claimed.budget_deferred
+        if deferred:
+            self.count("retryqueue/budget/deferred", sum(deferred.values()))
+            for domain, n in deferred.items():
+                self._budget_deferred[domain] = self._budget_deferred.get(domain, 0) + n
+        now = time.monotonic()
+        if self._budget_deferred and now - self._budget_said >= self.config.retry_budget_window:
+            self._say_budget(now)
+
+    def _say_budget(self, now: float) -> None:
+        """The INFO line of the deferrals summed since the last one."""
+        held = sorted(self._budget_deferred.items(), key=lambda kv: (-kv[1], kv[0]))
+        self._budget_deferred, self._budget_said = {}, now
+        logger.info(
+            "scrapy-retryqueue: the retry budget deferred due retries %d times, of %d "
+            "domain(s) (%s): their retries are at RETRYQUEUE_RETRY_BUDGET=%g of their "
+            "requests + %g/s",
+            sum(n for _, n in held),
+            len(held),
+            ", ".join(f"{d} {n}" for d, n in held[:5]) + (" ..." if len(held) > 5 else ""),
+            self.config.retry_budget,
+            self.config.retry_budget_floor,
         )
 
     def dead_without_request(self, kind: str, task_ids: list[str], reason: str) -> None:
@@ -310,7 +355,10 @@ class Reporter:
         )
 
     def summary(self) -> None:
-        """Per kind: retries scheduled, recovered, dead-lettered, and the median wait to recover."""
+        """Per kind: retries scheduled, recovered, dead-lettered, and the median wait to recover;
+        and the budget's deferrals not said yet."""
+        if self._budget_deferred:
+            self._say_budget(time.monotonic())
         stats = self.stats
         kinds = sorted(
             {
