@@ -108,7 +108,8 @@ _NEVER: dict[str, Any] = {"retry": False}
 #: server's Retry-After asks for longer).
 BUILTIN: tuple[Kind, ...] = (
     # 1, 2, 4, 8, 16 s before jitter: each try has already waited DOWNLOAD_TIMEOUT
-    # (180 s by default), so more tries would add little but held download slots.
+    # (180 s by default): more tries would mostly hold download slots on a site
+    # that does not answer.
     Kind(TIMEOUT, _retried(1.0, 120.0, 5), breaker=True, burst=True, download=True),
     # 1, 2, 4 ... 64, 120 s: 247 s in all.
     Kind(CONNECTION, _retried(1.0, 120.0, 8), breaker=True, burst=True, download=True),
