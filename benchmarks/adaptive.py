@@ -5,7 +5,7 @@ distribution (lognormal with sigma 1, and a heavy-tailed Pareto with alpha 1.5)
 at medians of 2 s, 10 s, 40 s, 150 s and 600 s; each outage fails 4 tasks, first
 failing at random moments in it; every task recovers when its outage ends. Each
 failure goes through PolicyTable.decide with the default server_error policy
-(10 s base, 240 s max, 5 retries, equal jitter) and the strategy under test:
+(1 s base, 240 s max, 9 retries, equal jitter) and the strategy under test:
 ExponentialBackoff (the default), the same with full jitter, LearnedBackoff. The
 learned records are kept by recovery.Record.add (what the scripts do) and handed
 to the strategy after every outage (the poll's refresh); the first 20 % of each

@@ -62,6 +62,11 @@ FORBIDDEN: Final = "forbidden"
 PARSE_ONCE: Final = "parse_once"
 GONE: Final = "gone"
 RATE_LIMITED_THRICE: Final = "rate_limited_thrice"
+#: 200 without the markup the spider needs, every time: a callback that always fails.
+PARSE_ALWAYS: Final = "parse_always"
+#: 503 until ``--outage`` seconds after the page's first request, then 200: an
+#: outage that lasts a while, whatever the number of tries.
+SERVER_ERROR_OUTAGE: Final = "server_error_outage"
 
 #: The fixed cycle of scenarios; page N gets ``SCENARIOS[N % 20]``. Failures are
 #: spread through the cycle so that any prefix of the pages (a short demo crawl)
@@ -103,11 +108,17 @@ EXPECTED: Final[dict[str, str]] = {
     PARSE_ONCE: "parsed",
     GONE: "dead:not_found",
     RATE_LIMITED_THRICE: "parsed",
+    PARSE_ALWAYS: "dead:parse",
+    SERVER_ERROR_OUTAGE: "parsed",
 }
 
 #: Other cycles than the demo's, chosen with ``--mix``: ``healthy`` (every page
-#: answers at once, to measure overhead) and ``bench`` (20% of pages answer 429
-#: three times, 10% 503 twice, the rest at once: the benchmark's fault mix).
+#: answers at once, to measure overhead), ``bench`` (20% of pages answer 429
+#: three times, 10% 503 twice, the rest at once: the benchmark's fault mix), and
+#: the defaults benchmark's (benchmarks/defaults.py): ``transient`` (one page in
+#: four fails once or twice: 503, a timeout, 429 with Retry-After, a callback
+#: error, a dropped connection), ``callback_bug`` (one page in ten never parses)
+#: and ``outage`` (one page in ten answers 503 for ``--outage`` seconds).
 MIXES: Final[dict[str, tuple[str, ...]]] = {
     "demo": SCENARIOS,
     "healthy": (OK,),
@@ -133,6 +144,30 @@ MIXES: Final[dict[str, tuple[str, ...]]] = {
         OK,
         OK,
     ),
+    "transient": (
+        OK,
+        SERVER_ERROR_TWICE,
+        OK,
+        OK,
+        OK,
+        TIMEOUT_ONCE,
+        OK,
+        OK,
+        OK,
+        RATE_LIMITED,
+        OK,
+        OK,
+        OK,
+        PARSE_ONCE,
+        OK,
+        OK,
+        OK,
+        DROP_ONCE,
+        OK,
+        OK,
+    ),
+    "callback_bug": (OK, OK, OK, OK, OK, PARSE_ALWAYS, OK, OK, OK, OK),
+    "outage": (OK, OK, OK, OK, OK, SERVER_ERROR_OUTAGE, OK, OK, OK, OK),
 }
 
 
@@ -172,8 +207,18 @@ class Plan:
     parseable: bool = True
 
 
-def plan_for(scenario: str, attempt: int, *, slow: float, retry_after: int) -> Plan:
-    """The answer to the ``attempt``-th (1-based) request of a page in ``scenario``."""
+def plan_for(
+    scenario: str,
+    attempt: int,
+    *,
+    slow: float,
+    retry_after: int,
+    age: float = 0.0,
+    outage: float = 0.0,
+) -> Plan:
+    """The answer to the ``attempt``-th (1-based) request of a page in ``scenario``,
+    *age* seconds after the page's first request (*outage*: how long
+    ``server_error_outage`` lasts)."""
     if attempt < 1:
         raise ValueError(f"attempt is 1-based, got {attempt}")
     first = attempt == 1
@@ -202,6 +247,10 @@ def plan_for(scenario: str, attempt: int, *, slow: float, retry_after: int) -> P
             return Plan(200, parseable=not first)
         case "gone":
             return Plan(410)
+        case "parse_always":
+            return Plan(200, parseable=False)
+        case "server_error_outage":
+            return Plan(503) if age < outage else Plan(200)
     raise ValueError(f"unknown scenario {scenario!r}")
 
 
@@ -209,17 +258,21 @@ def page_path(n: int) -> str:
     return f"/page/{n}"
 
 
-def page_html(n: int, *, parseable: bool = True) -> str:
-    """The body of a 200 page; without the title when it must not parse."""
+def page_html(n: int, *, parseable: bool = True, next_page: int | None = None) -> str:
+    """The body of a 200 page; without the title when it must not parse, with a
+    link to *next_page* (``a.next``) in a chained site."""
     title = f'<h1 class="title">Page {n}</h1>' if parseable else ""
+    link = "" if next_page is None else f'<a class="next" href="{page_path(next_page)}">next</a>'
     return (
         f"<html><head><title>Page {n}</title></head><body>"
-        f'{title}<p class="value">{n}</p></body></html>'
+        f'{title}<p class="value">{n}</p>{link}</body></html>'
     )
 
 
-def index_html(pages: int) -> str:
-    links = "\n".join(f'<li><a href="{page_path(n)}">Page {n}</a></li>' for n in range(pages))
+def index_html(pages: int, *, chain: bool = False) -> str:
+    # A chained site's index links its first page only: each page links the next.
+    shown = min(pages, 1) if chain else pages
+    links = "\n".join(f'<li><a href="{page_path(n)}">Page {n}</a></li>' for n in range(shown))
     return f"<html><head><title>Flaky site</title></head><body><ul>\n{links}\n</ul></body></html>"
 
 
@@ -246,19 +299,23 @@ class SiteState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._attempts: dict[str, int] = {}
+        self._first: dict[str, float] = {}
         self._log: list[LogEntry] = []
 
-    def arrive(self, path: str, decide: Callable[[int], Plan]) -> tuple[Plan, LogEntry]:
-        """Count a request to ``path``, plan its answer and log it."""
+    def arrive(self, path: str, decide: Callable[[int, float], Plan]) -> tuple[Plan, LogEntry]:
+        """Count a request to ``path``, plan its answer (from the attempt and the
+        seconds since the path's first request) and log it."""
         # Counting, deciding and logging under one lock keeps the log order,
         # the attempt numbers and the timestamps consistent with each other.
         with self._lock:
+            now = time.time()
             attempt = self._attempts.get(path, 0) + 1
             self._attempts[path] = attempt
-            plan = decide(attempt)
+            first = self._first.setdefault(path, now)
+            plan = decide(attempt, now - first)
             entry: LogEntry = {
                 "path": path,
-                "t": time.time(),
+                "t": now,
                 "status": plan.status,
                 "attempt": attempt,
             }
@@ -276,6 +333,7 @@ class SiteState:
     def reset(self) -> None:
         with self._lock:
             self._attempts.clear()
+            self._first.clear()
             self._log.clear()
 
 
@@ -295,11 +353,22 @@ _ROUTES: Final[dict[str, str]] = {
 }
 
 
-def _not_found_plan(attempt: int) -> Plan:
+def _page_plan(scenario: str, server: FlakyServer, attempt: int, age: float) -> Plan:
+    return plan_for(
+        scenario,
+        attempt,
+        slow=server.slow,
+        retry_after=server.retry_after,
+        age=age,
+        outage=server.outage,
+    )
+
+
+def _not_found_plan(attempt: int, age: float) -> Plan:
     return Plan(404)
 
 
-def _throttled_plan(retry_after: int, attempt: int) -> Plan:
+def _throttled_plan(retry_after: int, attempt: int, age: float) -> Plan:
     return Plan(429, retry_after=max(1, retry_after))
 
 
@@ -327,7 +396,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
         elif _ROUTES.get(path) != "GET":
             self._reject(path)
         elif path == "/":
-            self._send(200, index_html(self.server.pages).encode(), _HTML)
+            self._send(200, index_html(self.server.pages, chain=self.server.chain).encode(), _HTML)
         elif path == "/__log":
             self._send_json(self.server.state.log())
         else:
@@ -349,10 +418,10 @@ class FlakyHandler(BaseHTTPRequestHandler):
         server = self.server
         match = _PAGE_RE.fullmatch(path)
         n = int(match[1]) if match else -1
-        decide: Callable[[int], Plan]
+        decide: Callable[[int, float], Plan]
         if 0 <= n < server.pages:
             scenario = scenario_for(n, server.mix)
-            decide = partial(plan_for, scenario, slow=server.slow, retry_after=server.retry_after)
+            decide = partial(_page_plan, scenario, server)
         else:
             scenario = None
             decide = _not_found_plan
@@ -373,7 +442,8 @@ class FlakyHandler(BaseHTTPRequestHandler):
             return
 
         if plan.status == 200:
-            body = page_html(n, parseable=plan.parseable)
+            following = n + 1 if server.chain and n + 1 < server.pages else None
+            body = page_html(n, parseable=plan.parseable, next_page=following)
         else:
             body = error_html(plan.status)
         headers = []
@@ -478,13 +548,19 @@ class FlakyServer(ThreadingHTTPServer):
         mix: str = "demo",
         throttle_after: int = 0,
         throttle_for: float = 10.0,
+        chain: bool = False,
+        outage: float = 30.0,
     ) -> None:
         if mix not in MIXES:
             raise ValueError(f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
         self.mix = mix
-        if pages < 0 or slow < 0 or retry_after < 0 or latency < 0:
-            raise ValueError("pages, slow, retry_after and latency must be >= 0")
+        if pages < 0 or slow < 0 or retry_after < 0 or latency < 0 or outage < 0:
+            raise ValueError("pages, slow, retry_after, latency and outage must be >= 0")
         self.pages = pages
+        #: Each page links the next one (a "next page" chain); the index links page 0.
+        self.chain = chain
+        #: How long a server_error_outage page answers 503, seconds from its first request.
+        self.outage = outage
         #: Added to every page's answer: keeps requests in flight for fleet tests.
         self.latency = latency
         self.slow = slow
@@ -547,6 +623,8 @@ def make_server(
     mix: str = "demo",
     throttle_after: int = 0,
     throttle_for: float = 10.0,
+    chain: bool = False,
+    outage: float = 30.0,
 ) -> FlakyServer:
     """A bound, listening server; drive it with ``serve_forever()``.
 
@@ -561,6 +639,8 @@ def make_server(
         mix=mix,
         throttle_after=throttle_after,
         throttle_for=throttle_for,
+        chain=chain,
+        outage=outage,
     )
 
 
@@ -575,6 +655,8 @@ def run(
     mix: str = "demo",
     throttle_after: int = 0,
     throttle_for: float = 10.0,
+    chain: bool = False,
+    outage: float = 30.0,
 ) -> None:
     """Serve until ``shutdown()`` is called on the server.
 
@@ -582,7 +664,17 @@ def run(
     starts; it is where callers learn the port and get a handle to stop it.
     """
     server = make_server(
-        host, port, pages, slow, retry_after, latency, mix, throttle_after, throttle_for
+        host,
+        port,
+        pages,
+        slow,
+        retry_after,
+        latency,
+        mix,
+        throttle_after,
+        throttle_for,
+        chain,
+        outage,
     )
     try:
         if ready_callback is not None:
@@ -632,8 +724,22 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--throttle-for", type=float, default=10.0, help="how long the throttling lasts, s"
     )
+    parser.add_argument(
+        "--chain", action="store_true", help="each page links the next; the index links page 0"
+    )
+    parser.add_argument(
+        "--outage", type=float, default=30.0, help="how long server_error_outage pages fail, s"
+    )
     args = parser.parse_args(argv)
-    for name in ("pages", "slow", "retry_after", "latency", "throttle_after", "throttle_for"):
+    for name in (
+        "pages",
+        "slow",
+        "retry_after",
+        "latency",
+        "throttle_after",
+        "throttle_for",
+        "outage",
+    ):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
@@ -669,7 +775,12 @@ def spawn(**options: Any) -> Iterator[RunningSite]:
     """
     command = [sys.executable, str(Path(__file__).resolve()), "--port", "0"]
     for name, value in options.items():
-        command += [f"--{name.replace('_', '-')}", str(value)]
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            # A switch (chain=True): the flag alone, or nothing.
+            command += [flag] if value else []
+        else:
+            command += [flag, str(value)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline().strip()
@@ -709,6 +820,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.mix,
         args.throttle_after,
         args.throttle_for,
+        args.chain,
+        args.outage,
     )
     return 0
 

@@ -193,6 +193,28 @@ def is_cluster_client(client: object) -> bool:
     return isinstance(client, (RedisCluster, LazyCluster))
 
 
+#: redis-py's argument for Redis's maintenance notifications (redis-py 7 and later).
+MAINT_NOTIFICATIONS = "maint_notifications_config"
+
+
+def _maint_notifications_off() -> Any:
+    # redis-py 7+ speaks RESP3 by default and then sends CLIENT MAINT_NOTIFICATIONS
+    # on every new TCP connection; a server without it (Redis before 8, Valkey)
+    # refuses it, one "Failed to enable maintenance notifications" line each,
+    # which Scrapy's default DEBUG level shows. The queue has no use for them:
+    # it has its own notion of an outage (is_outage) and its own timeouts, which
+    # the notifications would relax behind its back. A project that wants them
+    # passes its own config in REDIS_PARAMS.
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # redis-py before 7: no such handshake
+        return None
+    return MaintNotificationsConfig(enabled=False)
+
+
+_MAINT_OFF = _maint_notifications_off()
+
+
 def client_for(
     config: Config, *, embedded_directory: Path
 ) -> tuple[redis.Redis | LazyCluster, str]:
@@ -261,6 +283,8 @@ def open_client(
         for name, value in dict(client_settings.get("REDIS_PARAMS") or {}).items()
         if name not in QUEUE_ARGUMENTS and name not in _ADDRESS_ARGUMENTS
     }
+    if _MAINT_OFF is not None and MAINT_NOTIFICATIONS not in project:
+        ours[MAINT_NOTIFICATIONS] = _MAINT_OFF
     settings = BaseSettings(
         {
             **{k: v for k, v in client_settings.items() if k != "REDIS_PARAMS"},

@@ -43,6 +43,7 @@ from scrapy_retryqueue import (
     RetryQueueExtension,
     RetryQueueMiddleware,
     RetryQueueSpiderMiddleware,
+    defaults,
 )
 from scrapy_retryqueue import signals as rq_signals
 from scrapy_retryqueue.keys import keys_for
@@ -466,7 +467,7 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     task_id = parked.value.task_id
     envelope = json.loads(redis_client.hget(keys.tasks, task_id))
     # The resolved budget of the kind that failed travels with the task.
-    assert envelope["max_retries"] == 5
+    assert envelope["max_retries"] == defaults.POLICIES["server_error"]["max_retries"]
     wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
     (again,) = running.engine.crawled
     assert again.url == PAGE

@@ -69,8 +69,12 @@ def test_every_kind_is_listed_once_and_deferred_is_one():
 def test_default_policies_cover_every_kind():
     policies = _load().policy_table.policies
     assert set(policies) == set(kinds.BUILTIN_TABLE.policy_names)
-    assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 5, "equal")
-    assert policies["rate_limited"] == Policy(True, 30.0, 2.0, 240.0, 6, "equal")
+    # docs/settings.md, "Default policies" (and "Why these defaults").
+    assert policies["timeout"] == Policy(True, 1.0, 2.0, 120.0, 5, "equal")
+    assert policies["connection"] == Policy(True, 1.0, 2.0, 120.0, 8, "equal")
+    assert policies["server_error"] == Policy(True, 1.0, 2.0, 240.0, 9, "equal")
+    assert policies["rate_limited"] == Policy(True, 5.0, 2.0, 240.0, 9, "equal")
+    assert policies["parse"] == Policy(True, 2.0, 2.0, 30.0, 2, "equal")
     for kind in ("not_found", "forbidden", "rule"):
         assert policies[kind].retry is False
 
@@ -139,8 +143,8 @@ def test_max_in_flight_setting_wins():
 def test_user_policies_merge_key_by_key():
     config = _load({"RETRYQUEUE_POLICIES": {"timeout": {"max_retries": 1}}})
     policies = config.policy_table.policies
-    assert policies["timeout"] == Policy(True, 3.0, 2.0, 120.0, 1, "equal")
-    assert policies["connection"] == Policy(True, 5.0, 2.0, 120.0, 5, "equal")
+    assert policies["timeout"] == Policy(True, 1.0, 2.0, 120.0, 1, "equal")
+    assert policies["connection"] == Policy(True, 1.0, 2.0, 120.0, 8, "equal")
 
 
 def test_status_kinds_merge_add_and_remove():
@@ -199,7 +203,7 @@ def test_other_settings_read():
 def test_json_policies_from_command_line():
     config = _load(RETRYQUEUE_POLICIES='{"timeout": {"max_retries": 1}}')
     assert config.policy_table.policies["timeout"].max_retries == 1
-    assert config.policy_table.policies["timeout"].base_delay == 3.0
+    assert config.policy_table.policies["timeout"].base_delay == 1.0
 
 
 def test_json_mappings_from_command_line():

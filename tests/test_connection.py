@@ -389,3 +389,64 @@ def test_spool_labels_of_one_cluster_match_through_any_node() -> None:
     assert not same_queue(one, "Redis Cluster 10.0.0.9:7000")
     assert not same_queue("redis://10.0.0.1:7000/0", "Redis Cluster 10.0.0.1:7000")
     assert not same_queue("redis://a:6379/0", "redis://a:6379/1")
+
+
+# -- Redis's maintenance notifications ----------------------------------------------------
+
+
+def _maint_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "maintenance notification" in r.getMessage()]
+
+
+def _server_lacks_maint_notifications(client: Any) -> bool:
+    try:
+        client.execute_command("CLIENT", "MAINT_NOTIFICATIONS", "OFF")
+    except redis.ResponseError:
+        return True
+    return False
+
+
+def test_a_client_never_asks_for_maintenance_notifications(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("redis.maint_notifications")
+    caplog.set_level("DEBUG")
+    client = client_of({"RETRYQUEUE_REDIS_URL": redis_url}, tmp_path)
+    assert client.ping()
+    assert not client.connection_pool.maint_notifications_enabled()
+    assert _maint_lines(caplog) == []
+    client.close()
+    # What a client made without the queue's arguments does on this server: one
+    # line per connection, which Scrapy's default DEBUG level shows in the crawl log.
+    plain = redis.Redis.from_url(redis_url)
+    if _server_lacks_maint_notifications(plain):
+        plain.connection_pool.disconnect()
+        caplog.clear()
+        plain.ping()
+        assert len(_maint_lines(caplog)) == 1
+    plain.close()
+
+
+def test_a_projects_own_maintenance_notifications_config_is_kept(tmp_path: Path) -> None:
+    maint = pytest.importorskip("redis.maint_notifications")
+    wanted = maint.MaintNotificationsConfig(enabled="auto")
+    client = client_of(
+        {"REDIS_URL": "redis://h:6379", "REDIS_PARAMS": {"maint_notifications_config": wanted}},
+        tmp_path,
+    )
+    assert client.connection_pool.maint_notifications_enabled() == "auto"
+    client.close()
+
+
+def test_a_cluster_client_never_asks_for_maintenance_notifications(
+    redis_cluster_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("redis.maint_notifications")
+    caplog.set_level("DEBUG")
+    settings = {"RETRYQUEUE_REDIS_URL": redis_cluster_url, "RETRYQUEUE_REDIS_CLUSTER": True}
+    client = client_of(settings, tmp_path)
+    assert client.ping()
+    node = client.cluster.get_default_node().redis_connection
+    assert not node.connection_pool.maint_notifications_enabled()
+    assert _maint_lines(caplog) == []
+    client.close()

@@ -11,6 +11,7 @@ import pytest
 import scrapy
 from scrapy.http import HtmlResponse
 
+from scrapy_retryqueue import defaults
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime
@@ -160,7 +161,8 @@ def test_a_deferral_is_not_a_retry(tmp_path: Path) -> None:
 
 def test_max_reached_counts_budgets_run_out_not_permanent_kinds(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
-    spent = plan_of(runtime, _retried(runtime, {"server_error": 5}), SERVER_ERROR)
+    budget = defaults.POLICIES["server_error"]["max_retries"]
+    spent = plan_of(runtime, _retried(runtime, {"server_error": budget}), SERVER_ERROR)
     assert spent.exhausted
     runtime.reporter.planned(spent, Outcome.DEAD)
     not_found = FailureInfo("not_found", "HttpStatus", "HTTP 404", status=404)
@@ -291,7 +293,8 @@ def test_scrapys_defaults_change_nothing() -> None:
     config = load_config(Settings())
     assert config.notices == ()
     assert config.retry_times is None and config.priority_adjust == 0
-    assert config.policy_table.policy_for("server_error").max_retries == 5
+    budget = defaults.POLICIES["server_error"]["max_retries"]
+    assert config.policy_table.policy_for("server_error").max_retries == budget
 
 
 def test_retry_times_is_the_budget_unless_retryqueue_policies_sets_one() -> None:

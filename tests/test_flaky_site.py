@@ -203,6 +203,69 @@ def test_the_bench_mix_is_20_percent_429s_and_10_percent_503s() -> None:
 
 
 @pytest.mark.unit
+def test_the_defaults_benchmarks_mixes_and_scenarios() -> None:
+    transient = Counter(flaky_site.scenario_for(n, "transient") for n in range(40))
+    assert transient == {
+        "ok": 30,
+        "server_error_twice": 2,
+        "timeout_once": 2,
+        "rate_limited": 2,
+        "parse_once": 2,
+        "drop_once": 2,
+    }
+    assert (
+        Counter(flaky_site.scenario_for(n, "callback_bug") for n in range(40))["parse_always"] == 4
+    )
+    assert (
+        Counter(flaky_site.scenario_for(n, "outage") for n in range(40))["server_error_outage"] == 4
+    )
+    never = [
+        flaky_site.plan_for("parse_always", attempt, slow=SLOW, retry_after=RETRY_AFTER)
+        for attempt in (1, 2, 10)
+    ]
+    assert [(plan.status, plan.parseable) for plan in never] == [(200, False)] * 3
+    # The outage lasts a time, whatever the number of tries.
+    outage = [
+        flaky_site.plan_for(
+            "server_error_outage", attempt, slow=SLOW, retry_after=RETRY_AFTER, age=age, outage=30
+        ).status
+        for attempt, age in ((1, 0.0), (9, 29.9), (2, 30.0))
+    ]
+    assert outage == [503, 503, 200]
+
+
+@pytest.mark.unit
+def test_a_chained_site_links_each_page_to_the_next() -> None:
+    assert 'href="/page/1"' in flaky_site.index_html(3)
+    chained = flaky_site.index_html(3, chain=True)
+    assert 'href="/page/0"' in chained and "/page/1" not in chained
+    assert '<a class="next" href="/page/4">' in flaky_site.page_html(3, next_page=4)
+    assert 'class="next"' not in flaky_site.page_html(3)
+
+
+def test_the_flaky_spider_follows_the_next_page() -> None:
+    from scrapy.http import HtmlResponse, Request
+
+    sys.path.insert(0, str(Path(flaky_site.__file__).parent))
+    from demo.spiders.flaky import FlakySpider
+
+    spider = FlakySpider(site="http://site.test")
+    body = flaky_site.page_html(3, next_page=4).encode()
+    response = HtmlResponse(
+        "http://site.test/page/3", body=body, request=Request("http://site.test/page/3")
+    )
+    item, following = list(spider.parse_page(response))
+    assert item["title"] == "Page 3"
+    assert following.url == "http://site.test/page/4"
+    last = HtmlResponse(
+        "http://site.test/page/9",
+        body=flaky_site.page_html(9).encode(),
+        request=Request("http://site.test/page/9"),
+    )
+    assert len(list(spider.parse_page(last))) == 1
+
+
+@pytest.mark.unit
 def test_cycle_is_interleaved() -> None:
     first_half = flaky_site.SCENARIOS[:10]
     assert flaky_site.SCENARIOS[0] == "ok"

@@ -37,11 +37,11 @@ def _failure(kind, retry_after=None) -> FailureInfo:
 
 def test_first_timeout_is_retried_with_exact_delay():
     decision = _table().decide(_failure("timeout"), {}, rand=HALF)
-    # 3 s before jitter; equal jitter with 0.5 gives 1.5 + 0.75.
-    assert decision == Decision("timeout", True, 2.25, 1, "timeout: retry 1 of 5")
+    # 1 s before jitter; equal jitter with 0.5 gives 0.5 + 0.25.
+    assert decision == Decision("timeout", True, 0.75, 1, "timeout: retry 1 of 5")
 
 
-@pytest.mark.parametrize(("done", "base"), [(0, 3.0), (1, 6.0), (2, 12.0), (3, 24.0), (4, 48.0)])
+@pytest.mark.parametrize(("done", "base"), [(0, 1.0), (1, 2.0), (2, 4.0), (3, 8.0), (4, 16.0)])
 def test_attempts_count_up_with_seeded_random(done, base):
     decision = _table().decide(
         _failure("timeout"), {"timeout": done}, rand=random.Random(1234).random
@@ -57,7 +57,7 @@ def test_attempts_of_other_kinds_do_not_count():
     decision = _table().decide(_failure("timeout"), {"connection": 5, "server_error": 9}, rand=ZERO)
     assert decision.retry is True
     assert decision.attempt == 1
-    assert decision.delay == 1.5
+    assert decision.delay == 0.5
 
 
 @pytest.mark.parametrize(("kind", "limit"), [("timeout", 5), ("dns", 3), ("unknown", 2)])
@@ -96,14 +96,14 @@ def test_kind_without_policy_falls_back_to_unknown():
 
 
 def test_retry_after_raises_the_delay():
-    # rate_limited: base 30 s -> 15 s at rand 0; the server asks for 100 s.
+    # rate_limited: base 5 s -> 2.5 s at rand 0; the server asks for 100 s.
     decision = _table().decide(_failure("rate_limited", retry_after=100.0), {}, rand=ZERO)
     assert decision.retry is True
     assert decision.delay == 100.0
 
 
 def test_retry_after_sets_the_delay_when_shorter_than_the_backoff():
-    # The server's word, not rate_limited's 15-30 s: a Retry-After of 2 s waits 2 s.
+    # The server's word, not rate_limited's 2.5-5 s: a Retry-After of 2 s waits 2 s.
     decision = _table().decide(_failure("rate_limited", retry_after=2.0), {}, rand=ZERO)
     assert decision.delay == 2.0
     # A Retry-After in the past (0 s) is retried at the next poll.
@@ -126,7 +126,8 @@ def test_retry_after_is_capped_by_retry_after_max():
 
 
 def test_retry_after_does_not_extend_the_retry_budget():
-    decision = _table().decide(_failure("rate_limited", retry_after=10.0), {"rate_limited": 8})
+    budget = defaults.POLICIES["rate_limited"]["max_retries"]
+    decision = _table().decide(_failure("rate_limited", retry_after=10.0), {"rate_limited": budget})
     assert decision.retry is False
 
 
@@ -185,8 +186,8 @@ def test_domain_policy_drives_decide():
     failure = _failure("timeout")
     assert table.decide(failure, {"timeout": 1}, domain="example.com").retry is False
     decision = table.decide(failure, {"timeout": 6}, domain="shop.example.com", rand=HALF)
-    # jitter none in the shop policy: 3 * 2**6 = 192, capped at 120.
-    assert decision == Decision("timeout", True, 120.0, 7, "timeout: retry 7 of 7")
+    # jitter none in the shop policy: 1 * 2**6 = 64 s.
+    assert decision == Decision("timeout", True, 64.0, 7, "timeout: retry 7 of 7")
 
 
 def test_domain_policies_from_config_are_lowercased_and_merged_over_kind_policy():

@@ -481,16 +481,16 @@ def test_the_status_line_names_the_busiest_domains_and_what_they_may_still_get()
                 {"domain": "shop.example", "requests": 104, "retries": 31, "allowance": 0},
                 {"domain": "cdn.example", "requests": 12, "retries": 0, "allowance": 12},
             ],
-            "malformed": ["bad.example"],
+            "unreadable": ["bad.example"],
         }
     }
     assert budget_lines(entry) == [
         "  retry budget (0.2 of requests + 1/s, last 10s): shop.example 31 retries / 104 "
         "requests, over budget; cdn.example 0 retries / 12 requests, 12 more allowed; "
-        "1 malformed records (started over at next claim)"
+        "1 unreadable records (started over at next claim)"
     ]
     assert budget_lines({"budget": None}) == []
-    assert budget_lines({"budget": {**entry["budget"], "domains": [], "malformed": []}}) == []
+    assert budget_lines({"budget": {**entry["budget"], "domains": [], "unreadable": []}}) == []
 
 
 @pytest.mark.parametrize("redis_kind", ["single"])  # the command's settings name one server

@@ -15,8 +15,9 @@ DOWNLOAD_TIMEOUT = 2
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"
 
-# Short delays so the demo finishes in about 15 seconds; production defaults are
-# minutes long (see docs/settings.md).
+# Delays capped at a few seconds so the demo finishes in about 15 seconds; the
+# defaults start as short, but let a chain of retries run for minutes to ride out
+# an outage (docs/settings.md, "Why these defaults").
 RETRYQUEUE_POLICIES = {
     "timeout": {"base_delay": 1, "max_delay": 8},
     "connection": {"base_delay": 1, "max_delay": 8},

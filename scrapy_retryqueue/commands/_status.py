@@ -121,14 +121,14 @@ def budget_entry(status: Status, spider: str, sources: Sources) -> dict[str, Any
             }
             for s in states
         ],
-        "malformed": malformed,
+        "unreadable": malformed,
     }
 
 
 def budget_lines(entry: dict[str, Any]) -> list[str]:
     """The table's budget part of one spider: its busiest domains, one line."""
     budget = entry.get("budget")
-    if not budget or not (budget["domains"] or budget["malformed"]):
+    if not budget or not (budget["domains"] or budget["unreadable"]):
         return []
     shown = budget["domains"][:BUDGET_DOMAINS_SHOWN]
     parts = [
@@ -138,8 +138,8 @@ def budget_lines(entry: dict[str, Any]) -> list[str]:
     ]
     if len(budget["domains"]) > len(shown):
         parts.append(f"{len(budget['domains']) - len(shown)} more domains")
-    if budget["malformed"]:
-        parts.append(f"{len(budget['malformed'])} malformed records (started over at next claim)")
+    if budget["unreadable"]:
+        parts.append(f"{len(budget['unreadable'])} unreadable records (started over at next claim)")
     head = f"  retry budget ({budget['share']:g} of requests + {budget['floor']:g}/s, "
     return [head + f"last {budget['window']:g}s): " + "; ".join(parts)]
 

@@ -1,4 +1,4 @@
-"""Crawls the bundled flaky site: an index page and every page it links to."""
+"""Crawls the bundled flaky site: an index page, every page it links to, and each page's next page."""
 
 from __future__ import annotations
 
@@ -34,3 +34,7 @@ class FlakySpider(scrapy.Spider):
             # The site's layout "changed": retrying later is the right answer.
             raise ValueError(f"no h1.title on {response.url}")
         yield {"url": response.url, "title": title, "value": response.css("p.value::text").get()}
+        # A chained site (flaky_site.py --chain): each page links the next one.
+        following = response.css("a.next::attr(href)").get()
+        if following is not None:
+            yield response.follow(following, callback=self.parse_page)
