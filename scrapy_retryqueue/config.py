@@ -841,9 +841,16 @@ def retry_budget_settings(settings: Any) -> dict[str, float]:
     }
 
 
-def learned_backoff_settings(settings: Any) -> tuple[float, float]:
-    """(RETRYQUEUE_LEARNED_ATTEMPT_COST, RETRYQUEUE_LEARNED_MIN_OUTAGES), checked."""
-    cost = number_setting(settings, "RETRYQUEUE_LEARNED_ATTEMPT_COST", strict=True, finite=True)
+def learned_backoff_settings(settings: Any) -> tuple[float, float, float]:
+    """(RETRYQUEUE_LEARNED_SKIP_BELOW, RETRYQUEUE_LEARNED_EARLY_AT,
+    RETRYQUEUE_LEARNED_MIN_OUTAGES), checked."""
+    skip = number_setting(settings, "RETRYQUEUE_LEARNED_SKIP_BELOW", strict=True, maximum=1)
+    early = number_setting(settings, "RETRYQUEUE_LEARNED_EARLY_AT", strict=True, maximum=1)
+    if skip >= early:
+        raise ConfigError(
+            f"RETRYQUEUE_LEARNED_SKIP_BELOW ({skip!r}) must be below "
+            f"RETRYQUEUE_LEARNED_EARLY_AT ({early!r})"
+        )
     outages = number_setting(
         settings,
         "RETRYQUEUE_LEARNED_MIN_OUTAGES",
@@ -851,7 +858,7 @@ def learned_backoff_settings(settings: Any) -> tuple[float, float]:
         finite=True,
         maximum=defaults.SETTING_INT_MAX,
     )
-    return float(cost), float(outages)
+    return float(skip), float(early), float(outages)
 
 
 @dataclass(frozen=True, slots=True)

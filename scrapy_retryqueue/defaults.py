@@ -110,13 +110,15 @@ LEARNED_MAX_RECORDS = 2000
 LEARNED_REFRESH = 30.0
 #: RETRYQUEUE_LEARNED_MIN_OUTAGES: weighted outages a curve needs before it is used.
 LEARNED_MIN_OUTAGES = 20.0
-#: RETRYQUEUE_LEARNED_ATTEMPT_COST: seconds of lag after a recovery that one
-#: failed attempt is worth to LearnedBackoff (higher: fewer, later attempts).
-LEARNED_ATTEMPT_COST = 5.0
-#: What LearnedBackoff weighs a recoverable task dead-lettered at, seconds of lag.
-LEARNED_DEAD_COST = 3600.0
-#: Attempts ahead LearnedBackoff's schedule looks (probing.py), at most.
-LEARNED_PLAN_DEPTH = 6
+#: RETRYQUEUE_LEARNED_SKIP_BELOW: LearnedBackoff skips a try of the policy's schedule
+#: while the curve gives less than this chance that the outage is over by then.
+#: Chosen by the adaptive benchmark's simulation (docs/backoff.md): 0.03 saved too few
+#: tries (0.72 of exponential's, target 0.7), 0.05 and more let the median lag grow
+#: past exponential's, 0.1 by 1.2 times.
+LEARNED_SKIP_BELOW = 0.04
+#: RETRYQUEUE_LEARNED_EARLY_AT: LearnedBackoff tries before the schedule's point once
+#: the curve gives this chance that the outage is over (1: never earlier).
+LEARNED_EARLY_AT = 0.7
 #: Weighted outages a curve needs still on at a failure's age to say more of it.
 LEARNED_MIN_AT_RISK = 3.0
 #: LearnedBackoff's jitter: its delay is spread over +-half this share.
@@ -250,8 +252,10 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_LEARNED_REFRESH": LEARNED_REFRESH,
     #: LearnedBackoff: weighted outages a curve needs before it is trusted.
     "RETRYQUEUE_LEARNED_MIN_OUTAGES": LEARNED_MIN_OUTAGES,
-    #: LearnedBackoff: seconds of lag after a recovery one failed attempt is worth.
-    "RETRYQUEUE_LEARNED_ATTEMPT_COST": LEARNED_ATTEMPT_COST,
+    #: LearnedBackoff: the chance of a recovery under which a try of the schedule is skipped.
+    "RETRYQUEUE_LEARNED_SKIP_BELOW": LEARNED_SKIP_BELOW,
+    #: LearnedBackoff: the chance of a recovery at which a try comes before the schedule's.
+    "RETRYQUEUE_LEARNED_EARLY_AT": LEARNED_EARLY_AT,
     #: The fleet's retry budget per domain (docs/backoff.md): a domain's retries are
     #: held to this share of its fresh requests, plus the floor; 0: off.
     "RETRYQUEUE_RETRY_BUDGET": RETRY_BUDGET,

@@ -10,100 +10,102 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .backoff import BackoffContext, BackoffStrategy, ExponentialBackoff
+from .backoff import BackoffContext, BackoffStrategy, ExponentialBackoff, compute_backoff
 from .defaults import (
-    LEARNED_ATTEMPT_COST,
-    LEARNED_DEAD_COST,
+    LEARNED_EARLY_AT,
     LEARNED_JITTER,
     LEARNED_MIN_AT_RISK,
     LEARNED_MIN_OUTAGES,
-    LEARNED_PLAN_DEPTH,
+    LEARNED_SKIP_BELOW,
     SETTING_INT_MAX,
-    SETTING_SECONDS_MAX,
     SETTINGS,
 )
 from .exceptions import ConfigError
-from .probing import Schedule
 from .recovery import Curve, RecoveryStats
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+#: Halvings that find the earliest time a curve gives a chance (its survival is
+#: piecewise linear): a thousandth of the interval.
+_BISECTIONS = 10
+
 
 class LearnedBackoff:
-    """Places the next attempt where, by the (kind, domain) curve given how long the
-    outage has lasted, the expected failed attempts (each worth *attempt_cost*
-    seconds) plus the lag after the recovery are least over the attempts the
-    policy has left (probing.py); else by the kind's curve over all domains, else
-    the *fallback* strategy (the policy's exponential backoff); always within
+    """The policy's own exponential schedule, moved by what the fleet has seen of the
+    (kind, domain)'s outages (else the kind's over all domains), given how long this
+    failure has lasted: a try the curve gives less than *skip_below* chance of
+    finding the outage over is skipped (the schedule's next point is taken, no
+    attempt used), and a try comes before the schedule's point once the curve gives
+    *early_at* chance that the outage is over. Without a curve to go by, the
+    *fallback* strategy (the policy's exponential backoff). Always within
     ``[base_delay (or Retry-After), max_delay]`` of the policy."""
 
     def __init__(
         self,
         *,
-        attempt_cost: float = LEARNED_ATTEMPT_COST,
+        skip_below: float = LEARNED_SKIP_BELOW,
+        early_at: float = LEARNED_EARLY_AT,
         min_outages: float = LEARNED_MIN_OUTAGES,
         fallback: BackoffStrategy | None = None,
     ) -> None:
-        if not (
-            isinstance(attempt_cost, (int, float))
-            and not isinstance(attempt_cost, bool)
-            and math.isfinite(attempt_cost)
-            and 0 < attempt_cost <= SETTING_SECONDS_MAX
+        for name, value in (
+            ("RETRYQUEUE_LEARNED_SKIP_BELOW", skip_below),
+            ("RETRYQUEUE_LEARNED_EARLY_AT", early_at),
         ):
+            if not (_is_number(value) and 0 < value <= 1):
+                raise ConfigError(f"{name} must be a number > 0 and <= 1, got {value!r}")
+        if skip_below >= early_at:
             raise ConfigError(
-                "RETRYQUEUE_LEARNED_ATTEMPT_COST must be a number of seconds > 0 and "
-                f"<= {SETTING_SECONDS_MAX:.17g}, got {attempt_cost!r}"
+                f"RETRYQUEUE_LEARNED_SKIP_BELOW ({skip_below!r}) must be below "
+                f"RETRYQUEUE_LEARNED_EARLY_AT ({early_at!r})"
             )
-        if not (
-            isinstance(min_outages, (int, float))
-            and not isinstance(min_outages, bool)
-            and math.isfinite(min_outages)
-            and 1 <= min_outages <= SETTING_INT_MAX
-        ):
+        if not (_is_number(min_outages) and 1 <= min_outages <= SETTING_INT_MAX):
             raise ConfigError(
                 f"RETRYQUEUE_LEARNED_MIN_OUTAGES must be a number >= 1 and <= {SETTING_INT_MAX}, "
                 f"got {min_outages!r}"
             )
-        self.attempt_cost = float(attempt_cost)
+        self.skip_below = float(skip_below)
+        self.early_at = float(early_at)
         self.min_outages = float(min_outages)
         self.fallback: BackoffStrategy = fallback or ExponentialBackoff()
         #: What the fleet has seen, as of the runtime's latest read.
         self.stats = RecoveryStats()
-        #: Solved schedules of the current stats, by (curve, base, max, depth).
-        self._schedules: dict[tuple[int, float, float, int], Schedule] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> LearnedBackoff:
         settings = crawler.settings
         return cls(
-            attempt_cost=_number(settings, "RETRYQUEUE_LEARNED_ATTEMPT_COST"),
+            skip_below=_number(settings, "RETRYQUEUE_LEARNED_SKIP_BELOW"),
+            early_at=_number(settings, "RETRYQUEUE_LEARNED_EARLY_AT"),
             min_outages=_number(settings, "RETRYQUEUE_LEARNED_MIN_OUTAGES"),
         )
 
     def learned(self, stats: RecoveryStats) -> None:
         """The runtime's latest read of the recovery records (reactor thread)."""
         self.stats = stats
-        self._schedules = {}
-
-    def schedule(self, curve: Curve, base: float, latest: float, depth: int) -> Schedule:
-        """The solved schedule of *curve* under these bounds, solved once per read."""
-        key = (id(curve), base, latest, depth)
-        found = self._schedules.get(key)
-        if found is None:
-            found = Schedule(
-                curve,
-                base=base,
-                latest=latest,
-                depth=depth,
-                cost=self.attempt_cost,
-                dead_cost=LEARNED_DEAD_COST,
-            )
-            self._schedules[key] = found
-        return found
 
     def delay(self, ctx: BackoffContext) -> float:
         return self.delay_and_reason(ctx)[0]
+
+    def curve_for(self, kind: str, domain: str | None, since: float) -> tuple[str, Curve | None]:
+        """The curve that times a failure of *kind* at *domain* *since* s old, and
+        where it comes from (or why there is none)."""
+        why = "no outages seen"
+        for source, curve in (
+            (f"{kind} at {domain}", self.stats.curve(kind, domain)),
+            (f"{kind} on all domains", self.stats.kind_curve(kind)),
+        ):
+            if curve is None:
+                continue
+            if curve.outages < self.min_outages or curve.at_risk_at(since) < LEARNED_MIN_AT_RISK:
+                why = f"{curve.outages:.0f} outages of {source} seen, too few"
+                continue
+            if curve.survival(since) <= 0:
+                why = f"no outage of {source} seen lasting past {since:.0f}s"
+                continue
+            return source, curve
+        return why, None
 
     def delay_and_reason(self, ctx: BackoffContext) -> tuple[float, str]:
         """The delay, and why (for the DEBUG line and the audit log)."""
@@ -112,45 +114,73 @@ class LearnedBackoff:
         if ctx.retry_after is not None:
             floor = max(floor, ctx.retry_after)
         since = max(0.0, ctx.since_first)
-        chosen: tuple[str, Curve] | None = None
-        thin = "no outages seen"
-        for source, curve in (
-            (f"{ctx.kind} at {ctx.domain}", self.stats.curve(ctx.kind, ctx.domain)),
-            (f"{ctx.kind} on all domains", self.stats.kind_curve(ctx.kind)),
-        ):
-            if curve is None:
-                continue
-            if curve.outages < self.min_outages or curve.at_risk_at(since) < LEARNED_MIN_AT_RISK:
-                thin = f"{curve.outages:.0f} outages of {source} seen, too few"
-                continue
-            chosen = (source, curve)
-            break
-        when = None
-        if chosen is not None:
-            depth = min(max(1, policy.max_retries), LEARNED_PLAN_DEPTH)
-            plan = self.schedule(chosen[1], policy.base_delay, policy.max_delay, depth)
-            left = max(1, policy.max_retries - ctx.attempt)
-            when = plan.next(since, earliest=floor, attempts=left)
-            if when is None:
-                thin = f"no outage of {chosen[0]} seen lasting past {since:.0f}s"
-        if chosen is None or when is None:
-            raw = self.fallback.delay(ctx)
-            why = f"learned: {thin}; policy backoff"
+        scheduled = self.fallback.delay(ctx)
+        source, curve = self.curve_for(ctx.kind, ctx.domain, since)
+        if curve is None:
+            raw, why = scheduled, f"learned: {source}; policy backoff"
         else:
-            source, curve = chosen
-            jitter = 1 + LEARNED_JITTER * (ctx.rand() - 0.5)
-            raw = (when - since) * jitter
             s_now = curve.survival(since)
-            over = 1.0 - curve.survival(when) / s_now if s_now > 0 else 1.0
-            why = (
-                f"learned: {over:.0%} of {source} ({curve.outages:.0f} outages) "
-                f"still on at {since:.0f}s were over by {when:.0f}s, the best next try "
-                f"for a failed one worth {self.attempt_cost:g}s of lag"
-            )
+
+            def over(t: float) -> float:
+                """The chance, by the curve, that the outage is over at age *t*."""
+                return 1.0 - curve.survival(t) / s_now
+
+            # Skip the schedule's tries that would almost surely fail: the next
+            # points of the same schedule, no attempt used for them.
+            at, step, skipped = since + scheduled, ctx.attempt, 0
+            while over(at) < self.skip_below and at - since < policy.max_delay:
+                step += 1
+                skipped += 1
+                at += compute_backoff(
+                    step,
+                    base_delay=policy.base_delay,
+                    multiplier=policy.multiplier,
+                    max_delay=policy.max_delay,
+                    jitter=policy.jitter,
+                    rand=ctx.rand,
+                )
+            # Sooner when the curve is sure enough before the schedule's point.
+            planned, early = at, False
+            if over(at) >= self.early_at:
+                lo, hi = since, at
+                for _ in range(_BISECTIONS):
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if over(mid) >= self.early_at else (mid, hi)
+                # Jittered, so the tasks of one burst do not all come back at once.
+                sooner = since + (hi - since) * (1 + LEARNED_JITTER * (ctx.rand() - 0.5))
+                if sooner < at:
+                    at, early = sooner, True
+            raw = at - since
+            seen = f"{source} ({curve.outages:.0f} outages)"
+            parts = []
+            if skipped:
+                parts.append(
+                    f"{seen} give the schedule's next {skipped} tries under "
+                    f"{self.skip_below:.0%} to find it over"
+                )
+            if early:
+                parts.append(
+                    f"{self.early_at:.0%} of those still on at {since:.0f}s were over by "
+                    f"{at:.0f}s, before the schedule's {planned:.0f}s"
+                )
+            if not parts:
+                parts.append(
+                    f"{over(at):.0%} of {seen} still on at {since:.0f}s over by {at:.0f}s, "
+                    "the schedule's next try"
+                )
+            elif not early:
+                parts.append(f"{over(at):.0%} over by {at:.0f}s")
+            if early and not skipped:
+                parts[0] = f"{seen}: " + parts[0]
+            why = "learned: " + "; ".join(parts)
         delay = min(max(raw, floor), policy.max_delay)
         if ctx.retry_after is not None:
             delay = max(delay, ctx.retry_after)  # the policy caps it (RETRY_AFTER_MAX)
         return delay, f"{why}: waits {delay:.1f}s"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _number(settings: Any, name: str) -> float:

@@ -16,11 +16,9 @@ from scrapy_retryqueue.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.learned import LearnedBackoff
 from scrapy_retryqueue.policy import Policy, PolicyTable
-from scrapy_retryqueue.probing import Schedule
 from scrapy_retryqueue.queue import RedisDelayedQueue, Write
 from scrapy_retryqueue.recovery import (
     EDGES,
-    Curve,
     Record,
     RecoveryStats,
     bin_of,
@@ -233,10 +231,12 @@ def test_the_reason_reaches_the_decision() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"attempt_cost": 0},
-        {"attempt_cost": -1},
-        {"attempt_cost": float("inf")},
-        {"attempt_cost": True},
+        {"skip_below": 0},
+        {"skip_below": -1},
+        {"early_at": float("inf")},
+        {"early_at": 1.5},
+        {"skip_below": True},
+        {"skip_below": 0.5, "early_at": 0.5},
         {"min_outages": 0},
         {"min_outages": float("nan")},
     ],
@@ -371,59 +371,45 @@ def test_the_three_scripts_learn_alike() -> None:
     assert all(other == first for other in others)
 
 
-# -- the schedule (probing.py) ----------------------------------------------------------
+# -- how the schedule is moved ----------------------------------------------------------
 
 
-def _curve(durations: list[float]) -> Curve:
-    curve = RecoveryStats({("k", "d"): outages(durations)}).curve("k", "d")
-    assert curve is not None
-    return curve
+def test_tries_the_curve_says_would_fail_are_skipped_without_using_an_attempt() -> None:
+    # Every outage seen lasted 100 s: the schedule's tries at 2, 6, 14, 30, 62 s all fail.
+    strategy = learned({("server_error", "a.example"): outages([100.0] * 40)})
+    delay, reason = strategy.delay_and_reason(ctx(rand=lambda: 0.999))
+    # The next point of the same schedule (2 + 4 + 8 + ... s) past the outages' bin.
+    assert 62 <= delay <= 130
+    assert "give the schedule's next" in reason and "tries under 4%" in reason
+    assert delay < ExponentialBackoff().delay(ctx(attempt=7, rand=lambda: 0.999)) * 2
 
 
-def test_the_integral_of_the_survival_is_exact() -> None:
-    curve = _curve([10.0] * 50 + [100.0] * 50)
-    plan = Schedule(curve, base=2, latest=300, depth=3, cost=5, dead_cost=3600)
-    for t in (0.3, 4.0, 11.0, 50.0, 150.0):
-        steps = 4000
-        numeric = sum(curve.survival((i + 0.5) * t / steps) for i in range(steps)) * t / steps
-        assert plan.integral(t) == pytest.approx(numeric, rel=1e-6, abs=1e-6)
-    # Every outage seen was over by 128 s: nothing more accrues past it.
-    assert plan.integral(10_000.0) == pytest.approx(plan.integral(150.0))
+def test_a_try_comes_before_the_schedule_once_the_curve_is_sure_enough() -> None:
+    # Outages end between 4 and 6 s; at 7 s gone the schedule waits 8 to 16 s.
+    strategy = learned({("server_error", "a.example"): outages([5.0] * 40 + [9.0] * 40)})
+    c = ctx(attempt=2, since_first=7.0, rand=lambda: 0.5)
+    delay, reason = strategy.delay_and_reason(c)
+    assert delay < ExponentialBackoff().delay(replace_rand(c, 0.0))
+    assert "before the schedule's" in reason
 
 
-def test_one_attempt_left_is_the_brute_force_minimum() -> None:
-    curve = _curve([5.0] * 30 + [40.0] * 30 + [200.0] * 30)
-    plan = Schedule(curve, base=2, latest=300, depth=1, cost=5, dead_cost=3600)
-
-    def expected(a: float, t: float) -> float:
-        s_a = curve.survival(a)
-        lag = (t - a) * s_a - (plan.integral(t) - plan.integral(a))
-        return lag + curve.survival(t) * (5 + 3600)
-
-    for a in (0.0, 7.0, 50.0):
-        chosen = plan.next(a, earliest=2, attempts=1)
-        assert chosen is not None
-        best = min(expected(a, a + d / 10) for d in range(20, 3001))
-        # The grid of 16 delays is within a few per cent of the exact minimum.
-        assert expected(a, chosen) <= best * 1.05 + 0.5
-
-
-def test_cheap_attempts_probe_the_short_outages_and_dear_ones_wait_for_the_long() -> None:
-    curve = _curve([3.0] * 50 + [120.0] * 50)
-    cheap = Schedule(curve, base=2, latest=300, depth=5, cost=0.5, dead_cost=3600)
-    dear = Schedule(curve, base=2, latest=300, depth=5, cost=200, dead_cost=3600)
-    first_cheap = cheap.next(0.0, earliest=2, attempts=5)
-    first_dear = dear.next(0.0, earliest=2, attempts=5)
-    assert first_cheap is not None and first_dear is not None
-    assert first_cheap < 6 and first_dear > 90
-    # Past the short ones, nothing ends before the long ones' bin (90 s to 128 s).
-    after = cheap.next(10.0, earliest=2, attempts=4)
-    assert after is not None and 40 < after < 200
+def test_without_a_reason_to_move_it_is_the_schedules_own_try() -> None:
+    # Half the outages end by 3 s: neither sure enough nor hopeless at the schedule's 2 to 4 s.
+    strategy = learned(
+        {("server_error", "a.example"): outages([1.0] * 10 + [3.0] * 30 + [50.0] * 40)}
+    )
+    c = ctx(rand=lambda: 0.999)
+    delay, reason = strategy.delay_and_reason(c)
+    assert delay == max(ExponentialBackoff().delay(c), POLICY.base_delay)
+    assert "the schedule's next try" in reason
 
 
 def test_nothing_to_say_past_the_longest_outage_seen() -> None:
-    plan = Schedule(_curve([10.0] * 40), base=2, latest=300, depth=3, cost=5, dead_cost=3600)
-    assert plan.next(100.0, earliest=2, attempts=3) is None
+    strategy = learned({("server_error", "a.example"): outages([10.0] * 40)})
+    c = ctx(attempt=3, since_first=100.0, rand=lambda: 0.5)
+    delay, reason = strategy.delay_and_reason(c)
+    assert delay == max(ExponentialBackoff().delay(c), POLICY.base_delay)
+    assert "policy backoff" in reason
 
 
 def test_a_recovery_is_dated_midway_between_the_last_failure_and_the_success() -> None:
