@@ -7,10 +7,10 @@ what it holds (it runs on the reactor thread). docs/backoff.md explains the mode
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from .backoff import BackoffContext, BackoffStrategy, ExponentialBackoff
+from .bounds import check_number
 from .defaults import (
     LEARNED_ATTEMPT_COST,
     LEARNED_DEAD_COST,
@@ -19,7 +19,6 @@ from .defaults import (
     LEARNED_MIN_OUTAGES,
     LEARNED_PLAN_DEPTH,
     SETTING_INT_MAX,
-    SETTING_SECONDS_MAX,
     SETTINGS,
 )
 from .exceptions import ConfigError
@@ -45,28 +44,20 @@ class LearnedBackoff:
         min_outages: float = LEARNED_MIN_OUTAGES,
         fallback: BackoffStrategy | None = None,
     ) -> None:
-        if not (
-            isinstance(attempt_cost, (int, float))
-            and not isinstance(attempt_cost, bool)
-            and math.isfinite(attempt_cost)
-            and 0 < attempt_cost <= SETTING_SECONDS_MAX
-        ):
-            raise ConfigError(
-                "RETRYQUEUE_LEARNED_ATTEMPT_COST must be a number of seconds > 0 and "
-                f"<= {SETTING_SECONDS_MAX:.17g}, got {attempt_cost!r}"
+        # Checked as config.py checks the settings (learned_backoff_settings): the
+        # same bounds and error line when the strategy is built in code.
+        self.attempt_cost = float(
+            check_number("RETRYQUEUE_LEARNED_ATTEMPT_COST", attempt_cost, strict=True, finite=True)
+        )
+        self.min_outages = float(
+            check_number(
+                "RETRYQUEUE_LEARNED_MIN_OUTAGES",
+                min_outages,
+                minimum=1,
+                finite=True,
+                maximum=SETTING_INT_MAX,
             )
-        if not (
-            isinstance(min_outages, (int, float))
-            and not isinstance(min_outages, bool)
-            and math.isfinite(min_outages)
-            and 1 <= min_outages <= SETTING_INT_MAX
-        ):
-            raise ConfigError(
-                f"RETRYQUEUE_LEARNED_MIN_OUTAGES must be a number >= 1 and <= {SETTING_INT_MAX}, "
-                f"got {min_outages!r}"
-            )
-        self.attempt_cost = float(attempt_cost)
-        self.min_outages = float(min_outages)
+        )
         self.fallback: BackoffStrategy = fallback or ExponentialBackoff()
         #: What the fleet has seen, as of the runtime's latest read.
         self.stats = RecoveryStats()

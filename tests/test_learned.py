@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import redis
+from scrapy.settings import Settings
 
 from scrapy_retryqueue.backoff import BackoffContext, ExponentialBackoff
 from scrapy_retryqueue.classify import FailureInfo
+from scrapy_retryqueue.config import learned_backoff_settings
 from scrapy_retryqueue.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
 from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.exceptions import ConfigError
@@ -253,6 +255,32 @@ def test_the_reason_reaches_the_decision() -> None:
 def test_bad_settings_are_one_clear_error(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="RETRYQUEUE_LEARNED_"):
         LearnedBackoff(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("attempt_cost", 0),
+        ("attempt_cost", -1),
+        ("attempt_cost", float("inf")),
+        ("attempt_cost", 1e300),
+        ("attempt_cost", True),
+        ("attempt_cost", "often"),
+        ("min_outages", 0.5),
+        ("min_outages", float("nan")),
+        ("min_outages", 2**60),
+        ("min_outages", [3]),
+    ],
+)
+def test_built_in_code_or_from_settings_a_bad_value_is_the_same_error(
+    name: str, value: Any
+) -> None:
+    with pytest.raises(ConfigError) as built:
+        LearnedBackoff(**{name: value})
+    with pytest.raises(ConfigError) as read:
+        learned_backoff_settings(Settings({f"RETRYQUEUE_LEARNED_{name.upper()}": value}))
+    assert str(built.value) == str(read.value)
+    assert f"RETRYQUEUE_LEARNED_{name.upper()}" in str(built.value)
 
 
 # -- the scripts ------------------------------------------------------------------------
