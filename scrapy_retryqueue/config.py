@@ -14,7 +14,6 @@ import difflib
 import functools
 import json
 import logging
-import math
 import os
 import socket
 from collections.abc import Iterable, Mapping
@@ -28,11 +27,13 @@ from scrapy.utils.misc import load_object
 
 from . import defaults
 from .backoff import BackoffStrategy, ExponentialBackoff
+from .bounds import check_number
 from .classify import exception_class, exception_kinds_of
 from .exceptions import ConfigError
 from .kinds import KindTable
 from .policy import POLICY_FIELD_NAMES, Policy, PolicyTable
 from .scrapycompat import ScrapyRetry, own_policy_fields, read_scrapy_retry
+from .values import shown
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -159,18 +160,6 @@ def _maybe_json(name: str, value: Any) -> Any:
     return value
 
 
-def shown(value: Any, limit: int = 200) -> str:
-    """*value*'s repr for an error line: at most *limit* characters, however
-    deep or long the value (a repr of a value nested thousands deep would fail)."""
-    try:
-        text = repr(value)
-    except RecursionError:
-        return f"<a {type(value).__name__} nested too deeply to show>"
-    if len(text) > limit:
-        return f"{text[:limit]}… ({len(text)} characters)"
-    return text
-
-
 def unknown_settings(names: Iterable[Any]) -> list[str]:
     """One notice per RETRYQUEUE_* name of *names* that is no setting, naming the
     closest known one: a misspelt setting would otherwise be ignored without a word.
@@ -190,49 +179,15 @@ def unknown_settings(names: Iterable[Any]) -> list[str]:
     return notices
 
 
-def number_setting(
-    settings: Any,
-    name: str,
-    *,
-    minimum: float = 0.0,
-    strict: bool = False,
-    whole: bool = False,
-    finite: bool = False,
-    maximum: float | None = None,
-) -> Any:
-    """A numeric setting; ConfigError names it and shows the value when it is not
-    a number (NaN included), not whole when *whole*, infinite when *finite*,
-    below *minimum* (or equal to it when *strict*), or above *maximum*.
-
-    *maximum* defaults to what Redis and the databases take: a whole number at
-    most :data:`defaults.SETTING_INT_MAX`, any other (seconds) at most
-    :data:`defaults.SETTING_SECONDS_MAX`. An infinite value is above it.
-    """
-    if maximum is None:
-        maximum = defaults.SETTING_INT_MAX if whole else defaults.SETTING_SECONDS_MAX
+def number_setting(settings: Any, name: str, *, whole: bool = False, **bounds: Any) -> Any:
+    """A numeric setting, its text (``-s NAME=3``) read as a number, checked by
+    :func:`~.bounds.check_number` with *whole* and *bounds* (minimum, strict, finite,
+    maximum), which says the bounds and the error line."""
     value = raw_setting(settings, name)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value) if not whole else int(value)
-    bad_type = isinstance(value, bool) or not isinstance(value, (int, float))
-    if whole and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    # NaN (e.g. -s NAME=nan) would pass every comparison below.
-    if (
-        bad_type
-        or (whole and not isinstance(value, int))
-        or math.isnan(value)
-        or (finite and math.isinf(value))
-    ):
-        kind = "a whole number" if whole else "a number"
-        raise ConfigError(f"{name} must be {kind}, got {shown(value)}")
-    if value < minimum or (strict and value == minimum):
-        op = ">" if strict else ">="
-        raise ConfigError(f"{name} must be {op} {minimum:g}, got {value!r}")
-    if value > maximum:
-        bound = f"{maximum:.17g}" if isinstance(maximum, float) else str(maximum)
-        raise ConfigError(f"{name} must be <= {bound}, got {value!r}")
-    return value
+    return check_number(name, value, whole=whole, **bounds)
 
 
 def cluster_nodes_setting(settings: Any) -> tuple[tuple[str, int], ...]:

@@ -7,10 +7,10 @@ what it holds (it runs on the reactor thread). docs/backoff.md explains the mode
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from .backoff import BackoffContext, BackoffStrategy, ExponentialBackoff, compute_backoff
+from .bounds import check_number
 from .defaults import (
     LEARNED_EARLY_AT,
     LEARNED_JITTER,
@@ -49,22 +49,25 @@ class LearnedBackoff:
         min_outages: float = LEARNED_MIN_OUTAGES,
         fallback: BackoffStrategy | None = None,
     ) -> None:
+        # Checked as config.py checks the settings (learned_backoff_settings): the
+        # same bounds and error line when the strategy is built in code.
         for name, value in (
             ("RETRYQUEUE_LEARNED_SKIP_BELOW", skip_below),
             ("RETRYQUEUE_LEARNED_EARLY_AT", early_at),
         ):
-            if not (_is_number(value) and 0 < value <= 1):
-                raise ConfigError(f"{name} must be a number > 0 and <= 1, got {value!r}")
+            check_number(name, value, strict=True, maximum=1)
         if skip_below >= early_at:
             raise ConfigError(
                 f"RETRYQUEUE_LEARNED_SKIP_BELOW ({skip_below!r}) must be below "
                 f"RETRYQUEUE_LEARNED_EARLY_AT ({early_at!r})"
             )
-        if not (_is_number(min_outages) and 1 <= min_outages <= SETTING_INT_MAX):
-            raise ConfigError(
-                f"RETRYQUEUE_LEARNED_MIN_OUTAGES must be a number >= 1 and <= {SETTING_INT_MAX}, "
-                f"got {min_outages!r}"
-            )
+        check_number(
+            "RETRYQUEUE_LEARNED_MIN_OUTAGES",
+            min_outages,
+            minimum=1,
+            finite=True,
+            maximum=SETTING_INT_MAX,
+        )
         self.skip_below = float(skip_below)
         self.early_at = float(early_at)
         self.min_outages = float(min_outages)
@@ -177,10 +180,6 @@ class LearnedBackoff:
         if ctx.retry_after is not None:
             delay = max(delay, ctx.retry_after)  # the policy caps it (RETRY_AFTER_MAX)
         return delay, f"{why}: waits {delay:.1f}s"
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _number(settings: Any, name: str) -> float:

@@ -52,9 +52,24 @@ SCRIPT_NAMES = (
 )
 
 
+#: The shared Lua snippets (``lua/lib/<snippet>.lua``) a script calls, by script name:
+#: each is prepended to the script's own text, so the one copy serves every caller.
+SNIPPETS: Mapping[str, tuple[str, ...]] = {
+    "ack": ("recovery",),
+    "reschedule": ("recovery",),
+    "deadletter": ("recovery",),
+}
+
+
 def load_script_source(name: str) -> str:
-    """The text of ``lua/<name>.lua``, shipped in the package."""
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    """The text of ``lua/<name>.lua`` as Redis runs it, shipped in the package: the
+    snippets it calls (:data:`SNIPPETS`), then its own text. Its SHA is the whole text's."""
+    lua = resources.files(__package__).joinpath("lua")
+    parts = [
+        lua.joinpath("lib", f"{snippet}.lua").read_text("utf-8")
+        for snippet in SNIPPETS.get(name, ())
+    ]
+    return "".join(parts) + lua.joinpath(f"{name}.lua").read_text("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

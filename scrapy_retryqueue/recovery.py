@@ -87,8 +87,9 @@ class Record:
         )
 
     def add(self, first: int, last: int, recovered: bool, *, now: int, half_life: float) -> Record:
-        """This record after one outcome: what the scripts do (ack.lua, reschedule.lua,
-        deadletter.lua), for the simulation and the tests that hold them equal."""
+        """This record after one outcome: what the scripts do (lua/lib/recovery.lua, in
+        ack.lua, reschedule.lua, deadletter.lua), for the simulation and the tests that
+        hold them equal."""
         record = self.decayed(now, half_life)
         size = max(len(record.at_risk), last + 1)
         record.at_risk += [0.0] * (size - len(record.at_risk))

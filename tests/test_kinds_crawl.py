@@ -11,27 +11,15 @@ that returns 0.7 s sets the gap between two fetches of a failing URL.
 
 from __future__ import annotations
 
-import itertools
 import json
-import subprocess
-import sys
-import threading
-import time
-import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import redis
 
-from scrapy_retryqueue.keys import all_keys, keys_for
-
+from .sitecrawl import Site, run_crawl, serving, spider_named
 from .storecli import scrapy
 
-ROOT = Path(__file__).resolve().parents[1]
 CAPTCHA_PAGE = b"<html><body><form>Prove you are human</form></body></html>"
 CAPTCHA_POLICY = {
     "retry": True,
@@ -43,81 +31,27 @@ CAPTCHA_POLICY = {
 KINDS = {"captcha": CAPTCHA_POLICY}
 
 
-class Site:
+def answer(path: str, query: dict[str, list[str]], times: list[float]) -> tuple[int, bytes]:
     """``/captcha/NAME?times=N`` is a captcha page N times, then a page;
-    ``/status/NAME?times=N&code=C`` answers C N times, then 200. ``hits[path]``
-    holds the time of each fetch."""
-
-    def __init__(self) -> None:
-        self.hits: dict[str, list[float]] = {}
-        self.lock = threading.Lock()
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                parts = urlsplit(self.path)
-                query = parse_qs(parts.query)
-                with site.lock:
-                    seen = site.hits.setdefault(parts.path, [])
-                    seen.append(time.monotonic())
-                    failing = len(seen) <= int(query.get("times", ["0"])[0])
-                status, body = 200, b"<html><body><h1>a page</h1></body></html>"
-                if failing and parts.path.startswith("/captcha/"):
-                    body = CAPTCHA_PAGE
-                elif failing and parts.path.startswith("/status/"):
-                    status, body = int(query["code"][0]), b"<html>no</html>"
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def gaps(self, path: str) -> list[float]:
-        times = self.hits.get(path, [])
-        return [b - a for a, b in itertools.pairwise(times)]
+    ``/status/NAME?times=N&code=C`` answers C N times, then 200."""
+    failing = len(times) <= int(query.get("times", ["0"])[0])
+    if failing and path.startswith("/captcha/"):
+        return 200, CAPTCHA_PAGE
+    if failing and path.startswith("/status/"):
+        return int(query["code"][0]), b"<html>no</html>"
+    return 200, b"<html><body><h1>a page</h1></body></html>"
 
 
 @pytest.fixture
 def site() -> Iterator[Site]:
-    served = Site()
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
-    thread.start()
-    yield served
-    served.server.shutdown()
-    served.server.server_close()
-    thread.join(10)
+    with serving(Site(answer)) as served:
+        yield served
 
 
 @pytest.fixture
 def spider(redis_url: str) -> Iterator[str]:
-    name = f"kinds{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
-
-
-def run_crawl(spider: str, urls: list[str], settings: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    out = tmp / f"{spider}.json"
-    done = subprocess.run(
-        [
-            *(sys.executable, str(ROOT / "tests" / "kinds_crawl.py")),
-            *(spider, json.dumps(urls), json.dumps(settings), str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
-    result["log"] = done.stderr
-    return result
+    with spider_named("kinds", redis_url) as name:
+        yield name
 
 
 def test_a_declared_kind_is_retried_by_its_policy_counted_and_exported(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from importlib import resources
@@ -9,14 +10,23 @@ from typing import Any
 
 import pytest
 import redis
+from scrapy.settings import Settings
 
 from scrapy_retryqueue.backoff import BackoffContext, ExponentialBackoff
 from scrapy_retryqueue.classify import FailureInfo
+from scrapy_retryqueue.config import learned_backoff_settings
 from scrapy_retryqueue.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
+from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.learned import LearnedBackoff
 from scrapy_retryqueue.policy import Policy, PolicyTable
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue import (
+    SCRIPT_NAMES,
+    SNIPPETS,
+    RedisDelayedQueue,
+    Write,
+    load_script_source,
+)
 from scrapy_retryqueue.recovery import (
     EDGES,
     Record,
@@ -28,6 +38,7 @@ from scrapy_retryqueue.recovery import (
     observation,
     read_records,
 )
+from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
 
 POLICY = Policy(
     retry=True, base_delay=2.0, multiplier=2.0, max_delay=300.0, max_retries=9, jitter="equal"
@@ -246,9 +257,38 @@ def test_bad_settings_are_one_clear_error(kwargs: dict[str, Any]) -> None:
         LearnedBackoff(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("skip_below", 0),
+        ("skip_below", -1),
+        ("skip_below", float("inf")),
+        ("skip_below", 1.5),
+        ("skip_below", True),
+        ("skip_below", "often"),
+        ("early_at", 0.01),
+        ("early_at", 2),
+        ("min_outages", 0.5),
+        ("min_outages", float("nan")),
+        ("min_outages", 2**60),
+        ("min_outages", [3]),
+    ],
+)
+def test_built_in_code_or_from_settings_a_bad_value_is_the_same_error(
+    name: str, value: Any
+) -> None:
+    with pytest.raises(ConfigError) as built:
+        LearnedBackoff(**{name: value})
+    with pytest.raises(ConfigError) as read:
+        learned_backoff_settings(Settings({f"RETRYQUEUE_LEARNED_{name.upper()}": value}))
+    assert str(built.value) == str(read.value)
+    assert f"RETRYQUEUE_LEARNED_{name.upper()}" in str(built.value)
+
+
 # -- the scripts ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("redis_kind", ["single", "cluster"])
 def test_the_scripts_keep_the_record_as_recovery_py_says(
     queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: Any
 ) -> None:
@@ -337,38 +377,47 @@ def test_the_scripts_start_a_hostile_record_over_and_keep_at_most_max_records(
     assert raw[b"server_error b.example"].decode() == fresh.encode()
 
 
-# -- the scripts' copies of the record's limits -----------------------------------------
+# -- the one learning function the scripts share (lua/lib/recovery.lua) -----------------
 
-LEARNING_SCRIPTS = ("ack.lua", "reschedule.lua", "deadletter.lua")
-
-
-def _learn_function(script: str) -> str:
-    source = (resources.files("scrapy_retryqueue") / "lua" / script).read_text("utf-8")
-    match = re.search(r"^local function learn\(.*?^end$", source, re.M | re.S)
-    assert match, f"{script} has no learn function"
-    return match.group(0)
+LUA = resources.files("scrapy_retryqueue") / "lua"
+SNIPPET = (LUA / "lib" / "recovery.lua").read_text("utf-8")
+EVERY_SCRIPT = sorted(set(SCRIPT_NAMES + DOMAIN_SCRIPT_NAMES + FRONTIER_SCRIPT_NAMES))
 
 
-@pytest.mark.parametrize("script", LEARNING_SCRIPTS)
-def test_the_scripts_spell_the_records_limits_as_defaults_py_does(script: str) -> None:
-    source = (resources.files("scrapy_retryqueue") / "lua" / script).read_text("utf-8")
-    code = _learn_function(script)
+def test_the_snippet_spells_the_records_limits_as_defaults_py_does() -> None:
+    match = re.search(r"^local function learn\(.*?^end$", SNIPPET, re.M | re.S)
+    assert match, "lua/lib/recovery.lua has no learn function"
+    code = match.group(0)
     # Longer than RECOVERY_RECORD_MAX characters: started over.
     assert re.findall(r"#raw <= (\d+)", code) == [str(RECOVERY_RECORD_MAX)]
     # More numbers than "<updated>" and RECOVERY_BINS pairs: started over.
     assert re.findall(r"count > (\d+)", code) == [str(2 * RECOVERY_BINS + 1)]
     # The header says the same numbers.
-    assert f"RECOVERY_RECORD_MAX ({RECOVERY_RECORD_MAX})" in source
-    assert f"RECOVERY_BINS ({RECOVERY_BINS})" in source
+    assert f"RECOVERY_RECORD_MAX ({RECOVERY_RECORD_MAX})" in SNIPPET
+    assert f"RECOVERY_BINS ({RECOVERY_BINS})" in SNIPPET
 
 
-def test_the_three_scripts_learn_alike() -> None:
-    # The same code but for the recovery hash's place in each script's KEYS.
-    first, *others = (
-        re.sub(r"KEYS\[\d+\]", "KEYS[recovery]", _learn_function(script))
-        for script in LEARNING_SCRIPTS
-    )
-    assert all(other == first for other in others)
+@pytest.mark.parametrize("name", EVERY_SCRIPT)
+def test_the_snippet_is_prepended_to_exactly_the_scripts_that_learn(name: str) -> None:
+    own = (LUA / f"{name}.lua").read_text("utf-8")
+    calls = re.findall(r"\blearn\(KEYS\[(\d+)\]", own)
+    assert "local function learn" not in own, f"{name}.lua keeps its own copy of learn()"
+    if not calls:
+        assert "learn(" not in own.replace("-- learn()", "")
+        assert load_script_source(name) == own
+        return
+    assert "recovery" in SNIPPETS.get(name, ()), f"{name}.lua calls learn() without the snippet"
+    assert load_script_source(name) == SNIPPET + own
+    # The key it passes is the one its header lists as the recovery hash.
+    recovery = re.findall(r"^-- KEYS\[(\d+)\]\s+recovery\s+HASH", own, re.M)
+    assert calls == recovery, name
+    assert "lib/recovery.lua" in own, f"{name}.lua does not say that the snippet is prepended"
+
+
+def test_evalsha_names_the_combined_text(queue: RedisDelayedQueue) -> None:
+    for name in SNIPPETS:
+        script = queue._scripts[name]
+        assert script.sha == hashlib.sha1(load_script_source(name).encode()).hexdigest()
 
 
 # -- how the schedule is moved ----------------------------------------------------------

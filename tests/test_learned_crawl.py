@@ -12,25 +12,18 @@ the records); the site records when each URL was fetched.
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
 
-from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.kinds import SERVER_ERROR
 from scrapy_retryqueue.queue import RedisDelayedQueue, Write
 
-from .test_kinds_crawl import run_crawl
+from .sitecrawl import Site, run_crawl, serving, spider_named
 
 #: server_error here: the default strategy would wait 1 s, then 6 s, then 36 s.
 POLICY = {
@@ -49,57 +42,26 @@ SEEN = {FAST: (1.5, 2.5), SLOW: (11.0, 13.0)}
 FIRST_ANSWER = 1.0
 
 
-class Site:
-    def __init__(self) -> None:
-        self.hits: dict[str, list[float]] = {}
-        self.lock = threading.Lock()
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                parts = urlsplit(self.path)
-                with site.lock:
-                    seen = site.hits.setdefault(parts.path, [])
-                    seen.append(time.monotonic())
-                    first = len(seen) == 1
-                    down = seen[-1] - seen[0] < float(parse_qs(parts.query)["for"][0])
-                if first:
-                    time.sleep(FIRST_ANSWER)  # the test's server thread, not the crawl's
-                status, body = (503, b"<html>down</html>") if down else (200, b"<html>up</html>")
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-
-    def gaps(self, path: str) -> list[float]:
-        return [b - a for a, b in itertools.pairwise(self.hits.get(path, []))]
+def answer(path: str, query: dict[str, list[str]], times: list[float]) -> tuple[int, bytes]:
+    """``/down/NAME?for=S``: 503 for S seconds from its first fetch, then 200; the
+    first answer of each path takes FIRST_ANSWER seconds."""
+    if len(times) == 1:
+        time.sleep(FIRST_ANSWER)  # the test's server thread, not the crawl's
+    if times[-1] - times[0] < float(query["for"][0]):
+        return 503, b"<html>down</html>"
+    return 200, b"<html>up</html>"
 
 
 @pytest.fixture
 def site() -> Iterator[Site]:
-    served = Site()
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
-    thread.start()
-    yield served
-    served.server.shutdown()
-    served.server.server_close()
-    thread.join(10)
+    with serving(Site(answer)) as served:
+        yield served
 
 
 @pytest.fixture
 def spider(redis_url: str) -> Iterator[str]:
-    name = f"learned{uuid.uuid4().hex[:8]}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    client.delete(*all_keys(keys_for(name)))
-    client.close()
+    with spider_named("learned", redis_url) as name:
+        yield name
 
 
 def seed(client: redis.Redis, spider: str, port: int, make_task: object) -> None:

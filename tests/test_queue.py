@@ -21,7 +21,7 @@ from scrapy_retryqueue.defaults import ENVELOPE_VERSION
 from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.envelope import Task, malformed_envelope, task_from_json
 from scrapy_retryqueue.keys import Keys, all_keys
-from scrapy_retryqueue.queue import SCRIPT_NAMES, RedisDelayedQueue
+from scrapy_retryqueue.queue import SCRIPT_NAMES, SNIPPETS, RedisDelayedQueue, load_script_source
 from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
 from scrapy_retryqueue.values import as_text
 
@@ -942,21 +942,58 @@ _CALL = re.compile(r"redis\.p?call\(")
 _CALL_ON_KEY = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'\s*,\s*KEYS\[[^\]]+\]\s*[,)]")
 
 
-def _script(name: str) -> tuple[str, str]:
-    """(header, body) of ``lua/<name>.lua``: the leading comment block, then the code."""
-    source = resources.files("scrapy_retryqueue").joinpath("lua", f"{name}.lua").read_text("utf-8")
+def _blocks(source: str) -> tuple[str, str]:
+    """(header, body) of a Lua file: the leading comment block, then the code."""
     lines = source.splitlines()
     n = next(i for i, line in enumerate(lines) if not line.startswith("--"))
     return "\n".join(lines[:n]), "\n".join(lines[n:])
 
 
+def _lua(path: str) -> str:
+    return resources.files("scrapy_retryqueue").joinpath("lua", path).read_text("utf-8")
+
+
+def _script(name: str) -> tuple[str, str]:
+    """(header, body) of the script *name* as Redis runs it: the header of
+    ``lua/<name>.lua``, then the code of the snippets prepended to it
+    (``lua/lib/``, :data:`SNIPPETS`) and its own."""
+    header, body = _blocks(_lua(f"{name}.lua"))
+    assert load_script_source(name).endswith(_lua(f"{name}.lua"))
+    snippets = [_blocks(_lua(f"lib/{snippet}.lua"))[1] for snippet in SNIPPETS.get(name, ())]
+    return header, "\n".join([*snippets, body])
+
+
+#: A snippet function's first parameter is the one key it touches, passed by its caller.
+_SNIPPET_KEY = re.compile(r"^local function (\w+)\((\w+)\s*,", re.M)
+
+
+def _snippet_keys(name: str) -> dict[str, str]:
+    """{function: its key parameter} of the snippets prepended to script *name*."""
+    found: dict[str, str] = {}
+    for snippet in SNIPPETS.get(name, ()):
+        found.update(_SNIPPET_KEY.findall(_lua(f"lib/{snippet}.lua")))
+    return found
+
+
 def test_every_script_is_loaded_by_the_queue() -> None:
-    files = {
-        p.name.removesuffix(".lua")
-        for p in resources.files("scrapy_retryqueue").joinpath("lua").iterdir()
-        if p.name.endswith(".lua")
-    }
+    lua = resources.files("scrapy_retryqueue").joinpath("lua")
+    files = {p.name.removesuffix(".lua") for p in lua.iterdir() if p.name.endswith(".lua")}
     assert files == set(SCRIPT_NAMES) | set(DOMAIN_SCRIPT_NAMES) | set(FRONTIER_SCRIPT_NAMES)
+    snippets = {p.name.removesuffix(".lua") for p in lua.joinpath("lib").iterdir()}
+    assert snippets == {s for used in SNIPPETS.values() for s in used}
+
+
+@pytest.mark.parametrize("snippet", sorted({s for used in SNIPPETS.values() for s in used}))
+def test_a_snippet_documents_itself_and_numbers_no_keys_or_argv(snippet: str) -> None:
+    header, body = _blocks(_lua(f"lib/{snippet}.lua"))
+    assert re.search(r"^-- Returns ", header, re.MULTILINE), f"lib/{snippet}.lua: no 'Returns'"
+    # Its callers number their KEYS and ARGV each their own way: it takes what it needs.
+    assert not _BODY_REF.findall(body), f"lib/{snippet}.lua indexes KEYS or ARGV itself"
+    assert "no KEYS or ARGV of its own" in header
+    functions = dict(_SNIPPET_KEY.findall(body))
+    assert functions, f"lib/{snippet}.lua defines no function over a key"
+    for function, key in functions.items():
+        assert re.search(rf"^--\s+{function}\({key},", header, re.M), f"{function} undocumented"
 
 
 #: Every script once (the frontier reuses renew.lua).
@@ -997,6 +1034,15 @@ def test_script_touches_keys_only_through_keys_argument(name: str) -> None:
     _, body = _script(name)
     calls = _CALL.findall(body)
     on_keys = _CALL_ON_KEY.findall(body)
+    # A prepended snippet calls Redis on its key parameter; every caller passes a KEYS[...].
+    for function, key in _snippet_keys(name).items():
+        on_keys += re.findall(rf"redis\.p?call\(\s*'([A-Za-z]+)'\s*,\s*{key}\s*[,)]", body)
+        code = "\n".join(line.split("--", 1)[0] for line in body.splitlines())
+        uses = re.findall(rf"\b{function}\(([^,)]*)", code)
+        assert uses[0] == key, f"{name}.lua: {function} has no key parameter"
+        assert uses[1:] and all(re.fullmatch(r"KEYS\[\d+\]", u) for u in uses[1:]), (
+            f"{name}.lua passes {function} a key not from KEYS[...]: {uses[1:]}"
+        )
     assert calls, f"{name}.lua makes no redis.call"
     assert len(on_keys) == len(calls), f"{name}.lua calls Redis on a key not from KEYS[...]"
     assert not {cmd.upper() for cmd in on_keys} & {"KEYS", "SCAN", "EVAL", "EVALSHA"}

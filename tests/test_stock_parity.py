@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from .crawling import crawl, stat_of
+from .sitecrawl import serving
 
 pytestmark = pytest.mark.e2e
 
@@ -70,15 +71,8 @@ class Site:
 
 @pytest.fixture
 def site() -> Iterator[Site]:
-    site = Site()
-    thread = threading.Thread(target=site.server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield site
-    finally:
-        site.server.shutdown()
-        site.server.server_close()
-        thread.join(10)
+    with serving(Site()) as served:
+        yield served
 
 
 def _settings(tmp_path: Path, redis_url: str, **more: Any) -> dict[str, Any]:

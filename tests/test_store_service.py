@@ -22,6 +22,7 @@ from scrapy.settings import Settings
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from scrapy_retryqueue.defaults import STORE_WRITER_RESCAN
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.config import StoreConfig, load_store_config
@@ -39,6 +40,32 @@ def store_config(**settings: Any) -> StoreConfig:
     return load_store_config(
         Settings({"RETRYQUEUE_STORE_INTERVAL": 0.1, "RETRYQUEUE_STORE_RETRY_MAX": 1, **settings})
     )
+
+
+def writer(
+    client: Any,
+    url: str,
+    *,
+    consumer: str = "w1",
+    spiders: list[str] | None = None,
+    rescan: float = STORE_WRITER_RESCAN,
+    **settings: Any,
+) -> WriterService:
+    """A writer service (consumer *consumer*) from *client*'s events to the store at
+    *url*, for *spiders* (None: every spider it finds), with :func:`store_config`."""
+    return WriterService(
+        store_config(**settings),
+        database_url=url,
+        open_redis=lambda: client,
+        consumer=consumer,
+        spiders=spiders,
+        rescan=rescan,
+    )
+
+
+def sqlite_url(directory: Path) -> str:
+    """A store in *directory*; one whose directory is a file is down (every try fails)."""
+    return f"sqlite:///{directory / 'store.sqlite3'}"
 
 
 def kill(queue: RedisDelayedQueue, make_task: MakeTask, *ids: str) -> None:
@@ -105,15 +132,9 @@ def test_it_writes_acknowledges_and_stops_after_the_batch_in_hand(
     tmp_path: Path,
     running: Callable[[WriterService], threading.Thread],
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    url = sqlite_url(tmp_path)
     kill(queue, make_task, *(f"d{n}" for n in range(5)))
-    service = WriterService(
-        store_config(),
-        database_url=url,
-        open_redis=lambda: redis_client,
-        consumer="w1",
-        spiders=[spider_name],
-    )
+    service = writer(redis_client, url, spiders=[spider_name])
     thread = running(service)
     wait_for(lambda: len(stored(url, spider_name)) == 5, "the five dead letters in the store")
     started = time.monotonic()
@@ -142,15 +163,9 @@ def test_a_database_that_does_not_answer_is_said_once_and_waited_out(
     caplog.set_level(logging.INFO, logger=SERVICE_LOGGER)
     blocker = tmp_path / "not-a-directory"  # the database's directory is a file: down
     blocker.write_text("")
-    url = f"sqlite:///{blocker / 'store.sqlite3'}"
+    url = sqlite_url(blocker)
     kill(queue, make_task, "a", "b")
-    service = WriterService(
-        store_config(),
-        database_url=url,
-        open_redis=lambda: redis_client,
-        consumer="w1",
-        spiders=[spider_name],
-    )
+    service = writer(redis_client, url, spiders=[spider_name])
     running(service)
     counters = service.counters
     wait_for(lambda: counters.get("retryqueue/store/write_errors") >= 3, "three failed tries")
@@ -190,17 +205,11 @@ def test_a_redis_that_stops_answering_is_named_and_waited_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger=SERVICE_LOGGER)
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    url = sqlite_url(tmp_path)
     client = redis.Redis.from_url(private_redis.url, socket_timeout=5)
     queue = RedisDelayedQueue(client, spider_name, node_id="n1")
     kill(queue, make_task, "before")
-    service = WriterService(
-        store_config(),
-        database_url=url,
-        open_redis=lambda: client,
-        consumer="w1",
-        spiders=[spider_name],
-    )
+    service = writer(client, url, spiders=[spider_name])
     running(service)
     wait_for(lambda: "before" in stored(url, spider_name), "the first dead letter stored")
     private_redis.stop()
@@ -227,12 +236,8 @@ def test_the_final_flush_ends_by_its_deadline_and_a_forced_stop_ends_it_at_once(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     kill(queue, make_task, "a", "b", "c")
-    service = WriterService(
-        store_config(RETRYQUEUE_STORE_RETRY_MAX=0.5),
-        database_url=f"sqlite:///{blocker / 'store.sqlite3'}",
-        open_redis=lambda: redis_client,
-        consumer="w1",
-        spiders=[spider_name],
+    service = writer(
+        redis_client, sqlite_url(blocker), spiders=[spider_name], RETRYQUEUE_STORE_RETRY_MAX=0.5
     )
     try:
         started = time.monotonic()
@@ -269,17 +274,11 @@ def test_serving_every_spider_finds_one_that_starts_later(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger=SERVICE_LOGGER)
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    url = sqlite_url(tmp_path)
     client = redis.Redis.from_url(private_redis.url)
     first = RedisDelayedQueue(client, "first", node_id="n1")
     kill(first, make_task, "f1", "f2")
-    service = WriterService(
-        store_config(),
-        database_url=url,
-        open_redis=lambda: client,
-        consumer="w1",
-        rescan=0.2,
-    )
+    service = writer(client, url, rescan=0.2)
     running(service)
     wait_for(lambda: len(stored(url, "first")) == 2, "the first spider's dead letters")
     later = RedisDelayedQueue(client, "later", node_id="n2")
@@ -299,15 +298,11 @@ def test_two_writers_share_a_spider_and_write_each_event_once(
     tmp_path: Path,
     running: Callable[[WriterService], threading.Thread],
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    url = sqlite_url(tmp_path)
     Store(url).ensure_schema()  # before two writers race to make it
     services = [
-        WriterService(
-            store_config(RETRYQUEUE_STORE_BATCH_SIZE=10),
-            database_url=url,
-            open_redis=lambda: redis_client,
-            consumer=name,
-            spiders=[spider_name],
+        writer(
+            redis_client, url, consumer=name, spiders=[spider_name], RETRYQUEUE_STORE_BATCH_SIZE=10
         )
         for name in ("w1", "w2")
     ]
