@@ -144,19 +144,45 @@ def raw_setting(settings: Any, name: str) -> Any:
     return defaults.SETTINGS[name] if value is None else value
 
 
+#: How deep a setting's JSON text may nest: far more than any setting's own shape,
+#: far less than what the checks that walk it could recurse through.
+_JSON_DEPTH_MAX = 64
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether *value* nests lists or dicts deeper than *limit*, walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend(
+                (child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return False
+
+
 def _maybe_json(name: str, value: Any) -> Any:
     # Settings given with -s on the command line arrive as strings.
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            loaded = json.loads(value)
         except ValueError:
             raise ConfigError(
                 f"{name} must be a dict (or its JSON text), got {shown(value)}"
             ) from None
         except RecursionError:
+            loaded = None
+            too_deep = True
+        else:
+            # Python before 3.13 raises RecursionError here; 3.13's parser reads it.
+            too_deep = _depth_over(loaded, _JSON_DEPTH_MAX)
+        if too_deep:
             raise ConfigError(
                 f"{name} is nested too deeply to be read ({len(value)} characters of JSON)"
-            ) from None
+            )
+        return loaded
     return value
 
 
