@@ -1,6 +1,6 @@
-"""11. Learned backoff against fixed formulas, simulated: the strategies' real code in virtual time.
+"""11. Learned backoff against fixed formulas: simulated in virtual time, then on a real crawl.
 
-Ten domains, each with 150 outages in a row whose durations follow a stated
+Simulation: Ten domains, each with 150 outages in a row whose durations follow a stated
 distribution (lognormal with sigma 1, and a heavy-tailed Pareto with alpha 1.5)
 at medians of 2 s, 10 s, 40 s, 150 s and 600 s; each outage fails 4 tasks, first
 failing at random moments in it; every task recovers when its outage ends. Each
@@ -13,12 +13,33 @@ domain's outages are its warm-up and are not counted. Fixed seeds. Figures:
 failed retries per recovered task, the lag from the site's recovery to the
 task's success (p50, p90, s), recoverable tasks dead-lettered (all are
 recoverable here), and retries per second sent to a domain while it is down.
+
+Real crawl ("crawl ..." figures): per strategy, five hosts (flaky sites on
+127.0.x.2-6, --outages mode) whose outages last about 2, 5, 10, 20 and 40 s
+(each pass's length drawn lognormal, sigma 0.3, fixed seed, the same draws
+for every strategy); each pass fetches 24 pages per host at once, so the
+first request opens the host's outage window and every page fails in it.
+Two passes teach the fleet (the records in Redis), the third is measured.
+The three strategies run at the same time, each its own spider and hosts,
+one crawl node each (tests/domains_crawl.py) on one Redis of their own, with
+the server_error policy at 1 s base, x2, 30 s max, 6 retries, equal jitter
+(full jitter: the same with "full"). Figures of the measured pass, from the
+sites' logs: failed retries per recovered page, the lag from the host's
+recovery to the page's 200 (p50, p90, s), pages never fetched (all are
+recoverable), and retries per second a host got while down.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
 import random
 import statistics
+import subprocess
+import sys
+import threading
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +50,8 @@ from scrapy_retryqueue.defaults import LEARNED_HALF_LIFE, POLICIES
 from scrapy_retryqueue.learned import LearnedBackoff
 from scrapy_retryqueue.policy import Policy, PolicyTable
 from scrapy_retryqueue.recovery import Record, RecoveryStats, empty_record, observation
+
+from .common import ROOT, flaky_site
 
 KIND = "server_error"
 MEDIANS = (2.0, 10.0, 40.0, 150.0, 600.0)
@@ -140,17 +163,175 @@ def _learn(
     )
 
 
-def measure(redis_url: str, tmp: Path) -> dict[str, float]:
-    results = {name: simulate(name) for name in ("exponential", "full", "learned")}
-    figures: dict[str, float] = {}
+# -- the real crawl -----------------------------------------------------------------
+
+NODE = ROOT / "tests" / "domains_crawl.py"
+#: Median outage of each host, s, and the spread of its passes' lengths (lognormal sigma).
+CRAWL_MEDIANS = (2.0, 5.0, 10.0, 20.0, 40.0)
+CRAWL_SIGMA = 0.3
+CRAWL_PAGES = 24
+#: Passes that teach the fleet before the measured one.
+CRAWL_LEARNING_PASSES = 2
+CRAWL_POLICY = {
+    "retry": True,
+    "base_delay": 1.0,
+    "multiplier": 2.0,
+    "max_delay": 30.0,
+    "max_retries": 6,
+    "jitter": "equal",
+}
+STRATEGIES = ("exponential", "full", "learned")
+#: A pass that has not ended by then is a broken benchmark, s.
+PASS_TIMEOUT = 300
+
+
+def crawl_lengths() -> list[list[float]]:
+    """Per pass, each host's outage length (s): the same draws for every strategy."""
+    rng = random.Random(f"{SEED}-crawl")
+    return [
+        [round(median * rng.lognormvariate(0.0, CRAWL_SIGMA), 2) for median in CRAWL_MEDIANS]
+        for _ in range(CRAWL_LEARNING_PASSES + 1)
+    ]
+
+
+def _node_settings(redis_url: str, strategy: str) -> dict[str, Any]:
+    policy = dict(CRAWL_POLICY, jitter="full") if strategy == "full" else CRAWL_POLICY
+    settings: dict[str, Any] = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_NODE_ID": f"bench-{strategy}",
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "RETRYQUEUE_POLL_INTERVAL": 0.2,
+        "RETRYQUEUE_LEASE_TIME": 10,
+        "RETRYQUEUE_IDLE_TIMEOUT": 120,
+        "RETRYQUEUE_POLICIES": {"server_error": policy},
+        "RETRYQUEUE_LEARNED_REFRESH": 1.0,
+        "CONCURRENT_REQUESTS": 64,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 32,
+        "CONCURRENT_ITEMS": 10,
+        "DOWNLOAD_TIMEOUT": 5,
+        "LOG_LEVEL": "WARNING",
+    }
+    if strategy == "learned":
+        settings["RETRYQUEUE_BACKOFF"] = "scrapy_retryqueue.LearnedBackoff"
+    return settings
+
+
+def _pass_figures(sites: list[Any]) -> dict[str, float]:
+    failed = recovered = dead = sent_down = 0
+    lags: list[float] = []
+    down = 0.0
+    for site in sites:
+        (window,) = site.get_json("/__outages")[-1:]
+        down += window["length"]
+        per_page: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for entry in site.get_json("/__log"):
+            per_page[entry["path"]].append(entry)
+        for entries in per_page.values():
+            entries.sort(key=lambda e: e["t"])
+            failures = [e for e in entries if e["status"] == 503]
+            if not failures:
+                continue  # first fetched after the outage: no task
+            sent_down += len(failures) - 1
+            ok = [e for e in entries if e["status"] == 200]
+            if ok:
+                recovered += 1
+                failed += len(failures) - 1
+                lags.append(max(0.0, ok[0]["t"] - window["end"]))
+            else:
+                dead += 1
+    lags.sort()
+    return {
+        "failed/recovered": failed / max(1, recovered),
+        "lag p50 s": statistics.median(lags) if lags else math.nan,
+        "lag p90 s": lags[int(len(lags) * 0.9)] if lags else math.nan,
+        "dead": float(dead),
+        "retries/s down": sent_down / down if down else 0.0,
+    }
+
+
+def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> dict[str, float]:
+    """Every pass of one strategy on its own hosts; the measured pass's figures."""
+    lengths = crawl_lengths()
+    spider = f"adaptive-{strategy}"
+    settings = json.dumps(_node_settings(redis_url, strategy))
+    hosts = [f"127.0.{20 + index}.{2 + j}" for j in range(len(CRAWL_MEDIANS))]
+    with contextlib.ExitStack() as stack:
+        sites = [
+            stack.enter_context(
+                flaky_site(
+                    host=host,
+                    mix="healthy",
+                    pages=CRAWL_PAGES,
+                    outages=",".join(str(lengths[p][j]) for p in range(len(lengths))),
+                )
+            )
+            for j, host in enumerate(hosts)
+        ]
+        urls = [f"{site.url}/page/{n}" for n in range(CRAWL_PAGES) for site in sites]
+        figures: dict[str, float] = {}
+        for p in range(len(lengths)):
+            for site in sites:
+                if p:
+                    site.reset()  # arms the pass's outage
+            out = workdir / f"{spider}-{p}.json"
+            subprocess.run(
+                [sys.executable, str(NODE), json.dumps(urls), spider, settings, str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=PASS_TIMEOUT,
+                check=True,
+            )
+            figures = _pass_figures(sites)
+    return figures
+
+
+def crawl(redis_url: str, workdir: Path) -> dict[str, dict[str, float]]:
+    """The three strategies' real crawls, side by side (threads waiting on subprocesses)."""
+    results: dict[str, dict[str, float]] = {}
+    errors: list[BaseException] = []
+
+    def run(index: int, strategy: str) -> None:
+        try:
+            results[strategy] = crawl_strategy(redis_url, workdir, index, strategy)
+        except BaseException as exc:  # said by the caller, not lost in a thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, name)) for i, name in enumerate(STRATEGIES)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _compare(figures: dict[str, float], results: dict[str, dict[str, float]], prefix: str) -> None:
     for name, values in results.items():
         for figure, value in values.items():
-            figures[f"{name} {figure}"] = value
+            figures[f"{prefix}{name} {figure}"] = value
     exp, learned = results["exponential"], results["learned"]
-    figures["learned ÷ exponential failed/recovered"] = (
+    figures[f"{prefix}learned ÷ exponential failed/recovered"] = (
         learned["failed/recovered"] / exp["failed/recovered"]
     )
-    figures["learned ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
-    figures["learned ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
-    figures["learned minus exponential dead"] = learned["dead"] - exp["dead"]
+    figures[f"{prefix}learned ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
+    figures[f"{prefix}learned ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
+    figures[f"{prefix}learned minus exponential dead"] = learned["dead"] - exp["dead"]
+
+
+def measure(redis_url: str, tmp: Path) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    _compare(figures, {name: simulate(name) for name in STRATEGIES}, "")
+    _compare(figures, crawl(redis_url, tmp), "crawl ")
     return figures
+
+
+if __name__ == "__main__":
+    # The real crawl alone: python -m benchmarks.adaptive
+    import tempfile
+
+    from .common import own_redis
+
+    with tempfile.TemporaryDirectory() as tmp, own_redis() as url:
+        for strategy, values in crawl(url, Path(tmp)).items():
+            print(strategy, json.dumps(values))

@@ -16,8 +16,15 @@ connections, and exits with status 0 on SIGTERM or SIGINT.
 
 Besides the pages it serves ``/`` (an index linking every page), ``/__log``
 (every request to ``/page/*`` so far, as JSON), ``/__scenarios`` (each page's
-scenario and expected final outcome, as JSON) and ``POST /__reset`` (forget all
-counters and the log).
+scenario and expected final outcome, as JSON), ``/__outages`` (the outage
+windows so far, as JSON) and ``POST /__reset`` (forget all counters and the log,
+and arm the next outage).
+
+Outage windows (``--outages 4,12.5``): a host whose outages a benchmark times.
+From its first page request the whole site answers 503 (no Retry-After: a site
+that broke, not one that throttles) for the first length, seconds; after
+``POST /__reset`` the next first request starts the next length (the list
+cycles). One site per host (``--host 127.0.0.x``) gives each host its own.
 
 Importable too: ``make_server()`` or ``run()`` serve in-process, and the
 scenario mapping (``SCENARIOS``, ``scenario_for``, ``plan_for``, ...) is pure.
@@ -291,6 +298,7 @@ _ROUTES: Final[dict[str, str]] = {
     "/": "GET",
     "/__log": "GET",
     "/__scenarios": "GET",
+    "/__outages": "GET",
     "/__reset": "POST",
 }
 
@@ -301,6 +309,46 @@ def _not_found_plan(attempt: int) -> Plan:
 
 def _throttled_plan(retry_after: int, attempt: int) -> Plan:
     return Plan(429, retry_after=max(1, retry_after))
+
+
+def _outage_plan(attempt: int) -> Plan:
+    return Plan(503)
+
+
+class OutageWindows:
+    """The outage mode: down for ``lengths[i]`` seconds from the first page request
+    after the i-th arming (the start, then each reset), the lengths cycling."""
+
+    def __init__(self, lengths: Sequence[float]) -> None:
+        if any(not (math.isfinite(x) and x >= 0) for x in lengths):
+            raise ValueError(f"outage lengths must be seconds >= 0, got {list(lengths)!r}")
+        self.lengths = tuple(float(x) for x in lengths)
+        self._lock = threading.Lock()
+        self._armed = 0
+        self._windows: list[dict[str, float]] = []
+        self._current: dict[str, float] | None = None
+
+    def down(self, now: float) -> bool:
+        """Whether a page request at *now* finds the site down (the first after an
+        arming opens the window)."""
+        if not self.lengths:
+            return False
+        with self._lock:
+            if self._current is None:
+                length = self.lengths[self._armed % len(self.lengths)]
+                self._current = {"start": now, "end": now + length, "length": length}
+                self._windows.append(self._current)
+            return now < self._current["end"]
+
+    def rearm(self) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._armed += 1
+            self._current = None
+
+    def windows(self) -> list[dict[str, float]]:
+        with self._lock:
+            return [dict(w) for w in self._windows]
 
 
 class FlakyHandler(BaseHTTPRequestHandler):
@@ -330,6 +378,8 @@ class FlakyHandler(BaseHTTPRequestHandler):
             self._send(200, index_html(self.server.pages).encode(), _HTML)
         elif path == "/__log":
             self._send_json(self.server.state.log())
+        elif path == "/__outages":
+            self._send_json(self.server.outages.windows())
         else:
             self._send_json(scenarios_table(self.server.pages, self.server.mix))
 
@@ -340,6 +390,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
             self._reject(path)
             return
         self.server.state.reset()
+        self.server.outages.rearm()
         # 204 carries no Content-Length: RFC 9110 forbids it there, and the
         # status alone tells the client there is no body.
         self.send_response(204)
@@ -360,6 +411,8 @@ class FlakyHandler(BaseHTTPRequestHandler):
         if throttled is not None:
             # A site under load: every page answers 429 until the throttle ends.
             decide = partial(_throttled_plan, math.ceil(throttled))
+        if server.outages.down(time.time()):
+            decide = _outage_plan
         plan, entry = server.state.arrive(path, decide)
 
         # Waiting on the stop event rather than sleeping lets shutdown cut
@@ -478,6 +531,7 @@ class FlakyServer(ThreadingHTTPServer):
         mix: str = "demo",
         throttle_after: int = 0,
         throttle_for: float = 10.0,
+        outages: Sequence[float] = (),
     ) -> None:
         if mix not in MIXES:
             raise ValueError(f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
@@ -498,6 +552,8 @@ class FlakyServer(ThreadingHTTPServer):
         self._throttle_lock = threading.Lock()
         self._page_requests = 0
         self._throttle_until: float | None = None
+        #: The outage mode (OutageWindows); no lengths: never down.
+        self.outages = OutageWindows(outages)
         super().__init__(address, FlakyHandler)
 
     def throttled(self) -> float | None:
@@ -547,6 +603,7 @@ def make_server(
     mix: str = "demo",
     throttle_after: int = 0,
     throttle_for: float = 10.0,
+    outages: Sequence[float] = (),
 ) -> FlakyServer:
     """A bound, listening server; drive it with ``serve_forever()``.
 
@@ -561,6 +618,7 @@ def make_server(
         mix=mix,
         throttle_after=throttle_after,
         throttle_for=throttle_for,
+        outages=outages,
     )
 
 
@@ -575,6 +633,7 @@ def run(
     mix: str = "demo",
     throttle_after: int = 0,
     throttle_for: float = 10.0,
+    outages: Sequence[float] = (),
 ) -> None:
     """Serve until ``shutdown()`` is called on the server.
 
@@ -582,7 +641,7 @@ def run(
     starts; it is where callers learn the port and get a handle to stop it.
     """
     server = make_server(
-        host, port, pages, slow, retry_after, latency, mix, throttle_after, throttle_for
+        host, port, pages, slow, retry_after, latency, mix, throttle_after, throttle_for, outages
     )
     try:
         if ready_callback is not None:
@@ -632,11 +691,31 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--throttle-for", type=float, default=10.0, help="how long the throttling lasts, s"
     )
+    parser.add_argument(
+        "--outages",
+        type=_lengths,
+        default=(),
+        metavar="S[,S...]",
+        help="outage windows: every page answers 503 for S seconds from the first page "
+        "request, the next S after each POST /__reset (default: none)",
+    )
     args = parser.parse_args(argv)
     for name in ("pages", "slow", "retry_after", "latency", "throttle_after", "throttle_for"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
+
+
+def _lengths(text: str) -> tuple[float, ...]:
+    try:
+        lengths = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--outages must be seconds separated by commas, got {text!r}"
+        ) from None
+    if any(not (math.isfinite(x) and x >= 0) for x in lengths):
+        raise argparse.ArgumentTypeError(f"--outages lengths must be seconds >= 0, got {text!r}")
+    return lengths
 
 
 @dataclass
@@ -709,6 +788,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.mix,
         args.throttle_after,
         args.throttle_for,
+        args.outages,
     )
     return 0
 
