@@ -118,6 +118,10 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             "learned ÷ exponential lag p50": (lambda v: v <= 1.0, "<= 1.0"),
             "learned ÷ exponential lag p90": (lambda v: v <= 1.1, "<= 1.1"),
             "learned minus exponential dead": (lambda v: v <= 0, "<= 0"),
+            "crawl learned ÷ exponential failed/recovered": (lambda v: v <= 0.7, "<= 0.7"),
+            "crawl learned ÷ exponential lag p50": (lambda v: v <= 1.0, "<= 1.0"),
+            "crawl learned ÷ exponential lag p90": (lambda v: v <= 1.1, "<= 1.1"),
+            "crawl learned minus exponential dead": (lambda v: v <= 0, "<= 0"),
         },
     ),
 }

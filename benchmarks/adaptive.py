@@ -6,7 +6,8 @@ at medians of 2 s, 10 s, 40 s, 150 s and 600 s; each outage fails 4 tasks, first
 failing at random moments in it; every task recovers when its outage ends. Each
 failure goes through PolicyTable.decide with the default server_error policy
 (10 s base, 240 s max, 5 retries, equal jitter) and the strategy under test:
-ExponentialBackoff (the default), the same with full jitter, LearnedBackoff. The
+ExponentialBackoff (the default), the same with full jitter, LearnedBackoff (and
+learned-c1: the same with RETRYQUEUE_LEARNED_ATTEMPT_COST = 1 instead of 5). The
 learned records are kept by recovery.Record.add (what the scripts do) and handed
 to the strategy after every outage (the poll's refresh); the first 20 % of each
 domain's outages are its warm-up and are not counted. Fixed seeds. Figures:
@@ -14,13 +15,13 @@ failed retries per recovered task, the lag from the site's recovery to the
 task's success (p50, p90, s), recoverable tasks dead-lettered (all are
 recoverable here), and retries per second sent to a domain while it is down.
 
-Real crawl ("crawl ..." figures): per strategy, five hosts (flaky sites on
+Real crawl ("crawl ..." figures): per strategy (the same four), five hosts (flaky sites on
 127.0.x.2-6, --outages mode) whose outages last about 2, 5, 10, 20 and 40 s
 (each pass's length drawn lognormal, sigma 0.3, fixed seed, the same draws
 for every strategy); each pass fetches 24 pages per host at once, so the
 first request opens the host's outage window and every page fails in it.
 Two passes teach the fleet (the records in Redis), the third is measured.
-The three strategies run at the same time, each its own spider and hosts,
+The four strategies run at the same time, each its own spider and hosts,
 one crawl node each (tests/domains_crawl.py) on one Redis of their own, with
 the server_error policy at 1 s base, x2, 30 s max, 6 retries, equal jitter
 (full jitter: the same with "full"). Figures of the measured pass, from the
@@ -80,6 +81,8 @@ def simulate(strategy_name: str) -> dict[str, float]:
     policy = Policy.from_dict(POLICIES[KIND], where=KIND)
     if strategy_name == "learned":
         strategy: Any = LearnedBackoff()
+    elif strategy_name == "learned-c1":
+        strategy = LearnedBackoff(attempt_cost=1.0)
     elif strategy_name == "full":
         strategy = FullJitter()
     else:
@@ -180,7 +183,9 @@ CRAWL_POLICY = {
     "max_retries": 6,
     "jitter": "equal",
 }
-STRATEGIES = ("exponential", "full", "learned")
+#: learned-c1: LearnedBackoff with RETRYQUEUE_LEARNED_ATTEMPT_COST = 1 (default 5), for
+#: the trade-off between failed attempts and lag; the targets are the default's.
+STRATEGIES = ("exponential", "full", "learned", "learned-c1")
 #: A pass that has not ended by then is a broken benchmark, s.
 PASS_TIMEOUT = 300
 
@@ -211,8 +216,10 @@ def _node_settings(redis_url: str, strategy: str) -> dict[str, Any]:
         "DOWNLOAD_TIMEOUT": 5,
         "LOG_LEVEL": "WARNING",
     }
-    if strategy == "learned":
+    if strategy.startswith("learned"):
         settings["RETRYQUEUE_BACKOFF"] = "scrapy_retryqueue.LearnedBackoff"
+    if strategy == "learned-c1":
+        settings["RETRYQUEUE_LEARNED_ATTEMPT_COST"] = 1.0
     return settings
 
 
@@ -286,7 +293,7 @@ def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> 
 
 
 def crawl(redis_url: str, workdir: Path) -> dict[str, dict[str, float]]:
-    """The three strategies' real crawls, side by side (threads waiting on subprocesses)."""
+    """The strategies' real crawls, side by side (threads waiting on subprocesses)."""
     results: dict[str, dict[str, float]] = {}
     errors: list[BaseException] = []
 
@@ -310,13 +317,15 @@ def _compare(figures: dict[str, float], results: dict[str, dict[str, float]], pr
     for name, values in results.items():
         for figure, value in values.items():
             figures[f"{prefix}{name} {figure}"] = value
-    exp, learned = results["exponential"], results["learned"]
-    figures[f"{prefix}learned ÷ exponential failed/recovered"] = (
-        learned["failed/recovered"] / exp["failed/recovered"]
-    )
-    figures[f"{prefix}learned ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
-    figures[f"{prefix}learned ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
-    figures[f"{prefix}learned minus exponential dead"] = learned["dead"] - exp["dead"]
+    exp = results["exponential"]
+    for name in ("learned", "learned-c1"):
+        learned = results[name]
+        figures[f"{prefix}{name} ÷ exponential failed/recovered"] = (
+            learned["failed/recovered"] / exp["failed/recovered"]
+        )
+        figures[f"{prefix}{name} ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
+        figures[f"{prefix}{name} ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
+        figures[f"{prefix}{name} minus exponential dead"] = learned["dead"] - exp["dead"]
 
 
 def measure(redis_url: str, tmp: Path) -> dict[str, float]:
