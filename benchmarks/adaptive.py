@@ -77,7 +77,11 @@ class FullJitter(ExponentialBackoff):
         return super().delay(replace(ctx, policy=replace(ctx.policy, jitter="full")))
 
 
-def simulate(strategy_name: str) -> dict[str, float]:
+#: A strategy's figures, and the lag (s) of each task it recovered, by task.
+Outcome = tuple[dict[str, float], dict[str, float]]
+
+
+def simulate(strategy_name: str) -> Outcome:
     policy = Policy.from_dict(POLICIES[KIND], where=KIND)
     if strategy_name == "learned":
         strategy: Any = LearnedBackoff()
@@ -94,6 +98,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
     records: dict[tuple[str, str], Record] = {}
     failed = recovered = dead = 0
     lags: list[float] = []
+    by_task: dict[str, float] = {}
     sent_down = 0
     down_time = 0.0
     for shape in ("lognormal", "pareto"):
@@ -108,7 +113,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
                 counted = n >= OUTAGES * WARMUP
                 if counted:
                     down_time += length
-                for _ in range(TASKS_PER_OUTAGE):
+                for i in range(TASKS_PER_OUTAGE):
                     t = start + rng.random() * length
                     first, prior, attempts = t, None, 0
                     while True:
@@ -130,6 +135,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
                             recovered += counted
                             if counted:
                                 lags.append(t - end)
+                                by_task[f"{domain}/{n}/{i}"] = t - end
                             _learn(records, domain, prior, int((t - first) * 1000), True, t)
                             break
                         failed += counted
@@ -147,7 +153,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
         "lag p90 s": lags[int(len(lags) * 0.9)],
         "dead": float(dead),
         "retries/s down": sent_down / down_time,
-    }
+    }, by_task
 
 
 def _learn(
@@ -223,17 +229,25 @@ def _node_settings(redis_url: str, strategy: str) -> dict[str, Any]:
     return settings
 
 
-def _pass_figures(sites: list[Any]) -> dict[str, float]:
+#: Per strategy, per host of its last measured pass: (outage s, failed retries,
+#: recovered, dead, lag p50): printed by ``python -m benchmarks.adaptive``.
+PER_HOST: dict[str, list[tuple[float, int, int, int, float]]] = {}
+
+
+def _pass_figures(sites: list[Any], strategy: str = "") -> Outcome:
     failed = recovered = dead = sent_down = 0
     lags: list[float] = []
     down = 0.0
-    for site in sites:
+    PER_HOST[strategy] = []
+    by_page: dict[str, float] = {}
+    for index, site in enumerate(sites):
+        before = (failed, recovered, dead, len(lags))
         (window,) = site.get_json("/__outages")[-1:]
         down += window["length"]
         per_page: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for entry in site.get_json("/__log"):
             per_page[entry["path"]].append(entry)
-        for entries in per_page.values():
+        for path, entries in per_page.items():
             entries.sort(key=lambda e: e["t"])
             failures = [e for e in entries if e["status"] == 503]
             if not failures:
@@ -244,8 +258,19 @@ def _pass_figures(sites: list[Any]) -> dict[str, float]:
                 recovered += 1
                 failed += len(failures) - 1
                 lags.append(max(0.0, ok[0]["t"] - window["end"]))
+                by_page[f"{index}{path}"] = lags[-1]
             else:
                 dead += 1
+        host_lags = sorted(lags[before[3] :])
+        PER_HOST[strategy].append(
+            (
+                window["length"],
+                failed - before[0],
+                recovered - before[1],
+                dead - before[2],
+                statistics.median(host_lags) if host_lags else math.nan,
+            )
+        )
     lags.sort()
     return {
         "failed/recovered": failed / max(1, recovered),
@@ -253,10 +278,10 @@ def _pass_figures(sites: list[Any]) -> dict[str, float]:
         "lag p90 s": lags[int(len(lags) * 0.9)] if lags else math.nan,
         "dead": float(dead),
         "retries/s down": sent_down / down if down else 0.0,
-    }
+    }, by_page
 
 
-def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> dict[str, float]:
+def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> Outcome:
     """Every pass of one strategy on its own hosts; the measured pass's figures."""
     lengths = crawl_lengths()
     spider = f"adaptive-{strategy}"
@@ -275,7 +300,7 @@ def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> 
             for j, host in enumerate(hosts)
         ]
         urls = [f"{site.url}/page/{n}" for n in range(CRAWL_PAGES) for site in sites]
-        figures: dict[str, float] = {}
+        figures: Outcome = ({}, {})
         for p in range(len(lengths)):
             for site in sites:
                 if p:
@@ -288,13 +313,13 @@ def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> 
                 timeout=PASS_TIMEOUT,
                 check=True,
             )
-            figures = _pass_figures(sites)
+            figures = _pass_figures(sites, strategy)
     return figures
 
 
-def crawl(redis_url: str, workdir: Path) -> dict[str, dict[str, float]]:
+def crawl(redis_url: str, workdir: Path) -> dict[str, Outcome]:
     """The strategies' real crawls, side by side (threads waiting on subprocesses)."""
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, Outcome] = {}
     errors: list[BaseException] = []
 
     def run(index: int, strategy: str) -> None:
@@ -313,24 +338,49 @@ def crawl(redis_url: str, workdir: Path) -> dict[str, dict[str, float]]:
     return results
 
 
-def _compare(figures: dict[str, float], results: dict[str, dict[str, float]], prefix: str) -> None:
-    for name, values in results.items():
+def _compare(figures: dict[str, float], outcomes: dict[str, Outcome], prefix: str) -> None:
+    """Each strategy's figures; its lag over the tasks every strategy recovered (the
+    plain lag is over what each recovered, so one that saves more of the long outages
+    is measured on a slower population); and the learned ones against exponential."""
+    common = set.intersection(*(set(lags) for _, lags in outcomes.values()))
+    for name, (values, lags) in outcomes.items():
         for figure, value in values.items():
             figures[f"{prefix}{name} {figure}"] = value
-    exp = results["exponential"]
+        both = sorted(lags[task] for task in common)
+        figures[f"{prefix}{name} lag p50 s, tasks all recovered"] = _p(both, 0.5)
+        figures[f"{prefix}{name} lag p90 s, tasks all recovered"] = _p(both, 0.9)
+    exp = outcomes["exponential"][0]
+    exp_p50 = figures[f"{prefix}exponential lag p50 s, tasks all recovered"]
+    exp_p90 = figures[f"{prefix}exponential lag p90 s, tasks all recovered"]
     for name in ("learned", "learned-c1"):
-        learned = results[name]
+        learned = outcomes[name][0]
         figures[f"{prefix}{name} ÷ exponential failed/recovered"] = (
             learned["failed/recovered"] / exp["failed/recovered"]
         )
         figures[f"{prefix}{name} ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
         figures[f"{prefix}{name} ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
+        p50 = figures[f"{prefix}{name} lag p50 s, tasks all recovered"]
+        p90 = figures[f"{prefix}{name} lag p90 s, tasks all recovered"]
+        figures[f"{prefix}{name} ÷ exponential lag p50, tasks all recovered"] = p50 / exp_p50
+        figures[f"{prefix}{name} ÷ exponential lag p90, tasks all recovered"] = p90 / exp_p90
         figures[f"{prefix}{name} minus exponential dead"] = learned["dead"] - exp["dead"]
+
+
+def _p(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    return statistics.median(values) if q == 0.5 else values[int(len(values) * q)]
+
+
+#: The simulation is deterministic: a round after the first reuses its outcomes.
+_SIMULATED: dict[str, Outcome] = {}
 
 
 def measure(redis_url: str, tmp: Path) -> dict[str, float]:
     figures: dict[str, float] = {}
-    _compare(figures, {name: simulate(name) for name in STRATEGIES}, "")
+    if not _SIMULATED:
+        _SIMULATED.update({name: simulate(name) for name in STRATEGIES})
+    _compare(figures, _SIMULATED, "")
     _compare(figures, crawl(redis_url, tmp), "crawl ")
     return figures
 
@@ -342,5 +392,11 @@ if __name__ == "__main__":
     from .common import own_redis
 
     with tempfile.TemporaryDirectory() as tmp, own_redis() as url:
-        for strategy, values in crawl(url, Path(tmp)).items():
+        for strategy, (values, _) in crawl(url, Path(tmp)).items():
             print(strategy, json.dumps(values))
+            for host in PER_HOST[strategy]:
+                length, failed, recovered, dead, lag = host
+                print(
+                    f"  outage {length:.1f} s: {failed} failed retries, {recovered} recovered, "
+                    f"{dead} dead, lag p50 {lag:.1f} s"
+                )
