@@ -16,6 +16,7 @@ import redis
 
 from . import view
 from .config import Config, learned_backoff_settings
+from .connection import is_outage
 from .exceptions import RetryQueueError
 from .learned import LearnedBackoff
 from .recovery import read_records
@@ -102,10 +103,16 @@ def collect(
 
 
 def learned_strategy(config: Config, settings: Any) -> LearnedBackoff:
-    """The project's LearnedBackoff when RETRYQUEUE_BACKOFF is one, else one built from
-    its RETRYQUEUE_LEARNED_* settings: what it would pick is shown either way."""
+    """A LearnedBackoff of its own (summarise hands it the records it shows; readers may
+    run at once): the project's one's parameters when RETRYQUEUE_BACKOFF is an instance,
+    else its RETRYQUEUE_LEARNED_* settings. What it would pick is shown either way."""
     if isinstance(config.backoff, LearnedBackoff):
-        return config.backoff
+        theirs = config.backoff
+        return LearnedBackoff(
+            attempt_cost=theirs.attempt_cost,
+            min_outages=theirs.min_outages,
+            fallback=theirs.fallback,
+        )
     cost, outages = learned_backoff_settings(settings if settings is not None else {})
     return LearnedBackoff(attempt_cost=cost, min_outages=outages)
 
@@ -129,7 +136,9 @@ def learned_recovery(
     notes: list[str] = []
     try:
         stored = view.recovery_hash(client, spider, config.namespace, limit=bound)
-    except redis.RedisError as exc:
+    except Exception as exc:
+        if not (isinstance(exc, redis.RedisError) or is_outage(exc)):
+            raise
         stored = view.RecoveryHash({}, problem=f"Redis does not answer ({exc})")
     if stored.problem:
         notes.append(f"{spider}: {stored.problem}; nothing learned is shown")

@@ -17,13 +17,17 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from scrapy.settings import Settings
 
 from scrapy_retryqueue.commands._status import learned_lines, render_table, report
+from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.dashboard.app import CSP, create_app
 from scrapy_retryqueue.keys import keys_for
 from scrapy_retryqueue.recovery import Record, empty_record, field_name, observation
 from scrapy_retryqueue.sources import Sources
+from scrapy_retryqueue.status import learned_recovery, learned_strategy
 
 BASE = "http://127.0.0.1"
 #: server_error: the policy LearnedBackoff keeps within (1 s base, 60 s max, 4 retries).
@@ -187,3 +191,16 @@ def test_status_summarises_each_domain_in_text(
     table = render_table(shown)
     assert "learned recovery (LearnedBackoff in use):" in table
     assert learned_lines(None) == [] and learned_lines({"curves": []}) == []
+
+
+def test_a_redis_that_stops_answering_is_a_note_not_a_failure(settings: dict[str, Any]) -> None:
+    config = load_config(Settings(settings))
+    # Nothing listens on port 1; no retries of the client's own.
+    gone = redis.Redis(port=1, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0))
+    try:
+        out = learned_recovery(gone, "s", config=config, strategy=learned_strategy(config, None))
+    finally:
+        gone.close()
+    assert out["curves"] == [] and out["records"] == 0
+    (note,) = out["notes"]
+    assert note.startswith("s: Redis does not answer (") and "nothing learned is shown" in note
