@@ -16,9 +16,10 @@ task's success (p50, p90, s), recoverable tasks dead-lettered (all are
 recoverable here), and retries per second sent to a domain while it is down.
 
 Real crawl ("crawl ..." figures): per strategy (the same four), five hosts (flaky sites on
-127.0.x.2-6, --outages mode) whose outages last about 2, 5, 10, 20 and 40 s
+127.0.x.2-6, --outages mode) whose outages have medians of 2, 5, 10, 20 and 40 s
 (each pass's length drawn lognormal, sigma 0.3, fixed seed, the same draws
-for every strategy); each pass fetches 24 pages per host at once, so the
+for every strategy: 1.8, 5.3, 12.0, 22.5, 36.9 s, then 2.0, 6.7, 7.8, 22.9,
+43.4 s, and measured 1.8, 3.4, 6.2, 13.7, 50.5 s); each pass fetches 24 pages per host at once, so the
 first request opens the host's outage window and every page fails in it.
 Two passes teach the fleet (the records in Redis), the third is measured.
 The four strategies run at the same time, each its own spider and hosts,
@@ -27,7 +28,10 @@ the server_error policy at 1 s base, x2, 30 s max, 6 retries, equal jitter
 (full jitter: the same with "full"). Figures of the measured pass, from the
 sites' logs: failed retries per recovered page, the lag from the host's
 recovery to the page's 200 (p50, p90, s), pages never fetched (all are
-recoverable), and retries per second a host got while down.
+recoverable), and retries per second a host got while down; and the lag over
+the tasks (pages) every strategy recovered, since each plain lag is over what
+that strategy recovered. ``python -m benchmarks.adaptive`` runs one round of the
+crawl alone and prints its figures per host.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Read-only view of the queue in Redis for people: counts, tasks, dead letters, events, cooling.
+"""Read-only view of the queue in Redis for people: counts, tasks, dead letters, events, cooling, learned records.
 
 Never writes. Serves ``scrapy retryqueue status``, ``scrapy deadletters`` and the dashboard.
 Key names and lease tokens come from :mod:`scrapy_retryqueue.keys`; the
