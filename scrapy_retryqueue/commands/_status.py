@@ -120,7 +120,7 @@ def learned_lines(learned: dict[str, Any] | None) -> list[str]:
     """The table's lines of one spider's learned recovery times (none when nothing is learned)."""
     if not learned or not learned["curves"]:
         return []
-    how = "in use" if learned["in_use"] else "not RETRYQUEUE_BACKOFF: what it would pick"
+    how = "in use" if learned["in_use"] else "is not RETRYQUEUE_BACKOFF; what it would pick"
     lines = [f"  learned recovery (LearnedBackoff {how}):"]
     for c in learned["curves"]:
         nxt = c["next"]
