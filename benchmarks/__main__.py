@@ -113,12 +113,18 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
     "hiredis": (parsers, 5, {}),
     "adaptive": (
         adaptive,
-        1,
+        # The real crawl's rounds differ (real time, a shared machine); the
+        # simulation is deterministic and run once (adaptive.measure).
+        3,
         {
             "learned ÷ exponential failed/recovered": (lambda v: v <= 0.7, "<= 0.7"),
             "learned ÷ exponential lag p50": (lambda v: v <= 1.0, "<= 1.0"),
             "learned ÷ exponential lag p90": (lambda v: v <= 1.1, "<= 1.1"),
             "learned minus exponential dead": (lambda v: v <= 0, "<= 0"),
+            "crawl learned ÷ exponential failed/recovered": (lambda v: v <= 0.7, "<= 0.7"),
+            "crawl learned ÷ exponential lag p50": (lambda v: v <= 1.0, "<= 1.0"),
+            "crawl learned ÷ exponential lag p90": (lambda v: v <= 1.1, "<= 1.1"),
+            "crawl learned minus exponential dead": (lambda v: v <= 0, "<= 0"),
             # The retry budget's target: no window over budget once it is on.
             **{
                 f"budget on, {name}: retries over budget": (lambda v: v == 0, "0")
@@ -233,19 +239,30 @@ READING = """## Reading the figures
   lacked the `clear()` that `SCHEDULER_PERSIST = False` calls; fixed during the run, the
   later rounds ran with the fix): it changes nothing before the close, and pages/s end at
   the last response.
-- **adaptive** (simulation; deterministic, so one run): LearnedBackoff at its default
-  target (0.8) cuts failed retries per recovered task to about a seventh of the default
-  exponential backoff's (0.7 against 4.6) and dead-letters far fewer recoverable tasks
-  (61 against 417: it may wait up to max_delay each time), but it waits past the recovery
-  much longer: p50 and p90 lag targets are **missed**. That is the target's trade-off, not
-  noise: with the earlier default server_error policy (10 s base, 5 retries) a target of
-  0.5 gave 0.25 of exponential's failed retries with p50 lag 3.3x, and 0.3 gave 0.51 with
-  p50 lag 1.2x and p90 1.7x (not measured again with today's policy, 1 s base, 9 retries).
-  Today's policy, against that earlier one, makes exponential backoff recover sooner (p50
-  lag 4.2 s against 7.8) and lose fewer recoverable tasks (417 against 663), for 2.2 times
-  the failed retries per recovered task (4.6 against 2.1) and 0.065 retries per second to
-  a domain that is down (0.028 before). No single target met all four targets here; the
-  real-crawl half of the section (flaky site with per-host outage windows) is not built yet.
+- **adaptive.** Simulation (deterministic: one run, the same figures each round):
+  LearnedBackoff sends a fifth of the default exponential backoff's failed retries per
+  recovered task (0.20) and dead-letters 105 recoverable tasks where exponential loses
+  663, but its lag after a recovery is far longer: p50 8.0x and p90 2.8x, and about the
+  same over the tasks both recovered (8.2x, 2.8x), so it is not only that it saves the
+  long outages' tasks: the two lag targets are **missed**. With one failed attempt
+  worth 1 s instead of 5 (learned-c1) the lag barely moves (6.2x, 2.8x), so the attempt
+  cost is not what drives it. The likely driver, not measured here, is the weight of a
+  dead letter in its schedule (an hour of lag, LEARNED_DEAD_COST, not a setting) over
+  these heavy-tailed outages of up to ten minutes with a budget of 5 retries: it spreads
+  the attempts over the long tail rather than probing early. Real crawl (3 rounds; a round is about 3
+  minutes): failed retries per recovered page 0.28x of exponential's (0.16 to 0.38), 0
+  recoverable pages dead-lettered (at most 1 in a round) where exponential lost 20 (19 to
+  22: the 50 s outage outlasts its six retries), a quarter of the retries per second on a failing host, p90
+  lag 0.97x (0.83 to 1.17): met; p50 lag 1.53x (0.89 to 1.79): **missed**. Per host
+  (`python -m benchmarks.adaptive` prints them) it waits past a short outage's likely end
+  in one go where exponential probes twice or three times: the attempt-cost trade. With
+  the attempt worth 1 s (learned-c1) p50 is met (0.83x) with 0.33x the failed retries,
+  and p90 is missed (1.22x, 0.55 to 1.31): the pages exponential dead-lettered count in
+  learned-c1's lag and not in exponential's. Over the pages every strategy recovered,
+  learned-c1's lag is 0.76x (p50) and 0.49x (p90) of exponential's. The measured pass's
+  longest outage (50 s) was longer than the two the fleet had learned (37 and 43 s): past
+  its curve the strategy falls back to the policy's exponential steps, which is where
+  most of its failed retries came from in the per-host run (67 of 81).
 - **adaptive, the retry budget** (simulation through the real claim.lua; deterministic,
   one run): without a budget, a domain crawled at 10 fresh requests/s gets 6 to 19 retries/s
   on top of them while it is down (its requests/s more than double under the default

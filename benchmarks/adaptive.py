@@ -1,6 +1,6 @@
-"""11. Learned backoff against fixed formulas, simulated: the strategies' real code in virtual time.
+"""11. Learned backoff against fixed formulas: simulated in virtual time, then on a real crawl.
 
-Ten domains, each with 150 outages in a row whose durations follow a stated
+Simulation: Ten domains, each with 150 outages in a row whose durations follow a stated
 distribution (lognormal with sigma 1, and a heavy-tailed Pareto with alpha 1.5)
 at medians of 2 s, 10 s, 40 s, 150 s and 600 s; each outage fails 4 tasks, first
 failing at random moments in it; every task recovers when its outage ends. Each
@@ -26,13 +26,37 @@ retries), the retries among them, the most retries in any 10 s window, windows
 whose retries exceed the budget (floor x 10 s + 20 % of the fresh requests of
 that window), failed retries per recovered task, the lag from the recovery to
 the task's success (p50, p90), and tasks dead-lettered.
+Real crawl ("crawl ..." figures): per strategy (the same three), five hosts (flaky sites on
+127.0.x.2-6, --outages mode) whose outages have medians of 2, 5, 10, 20 and 40 s
+(each pass's length drawn lognormal, sigma 0.3, fixed seed, the same draws
+for every strategy: 1.8, 5.3, 12.0, 22.5, 36.9 s, then 2.0, 6.7, 7.8, 22.9,
+43.4 s, and measured 1.8, 3.4, 6.2, 13.7, 50.5 s); each pass fetches 24 pages per host at once, so the
+first request opens the host's outage window and every page fails in it.
+Two passes teach the fleet (the records in Redis), the third is measured.
+The three strategies run at the same time, each its own spider and hosts,
+one crawl node each (tests/domains_crawl.py) on one Redis of their own, with
+the server_error policy at 1 s base, x2, 30 s max, 6 retries, equal jitter
+(full jitter: the same with "full"). Figures of the measured pass, from the
+sites' logs: failed retries per recovered page, the lag from the host's
+recovery to the page's 200 (p50, p90, s), pages never fetched (all are
+recoverable), and retries per second a host got while down; and the lag over
+the tasks (pages) every strategy recovered, since each plain lag is over what
+that strategy recovered. ``python -m benchmarks.adaptive`` runs one round of the
+crawl alone and prints its figures per host.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
 import random
 import statistics
+import subprocess
+import sys
+import threading
 from bisect import bisect_right
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +72,8 @@ from scrapy_retryqueue.learned import LearnedBackoff
 from scrapy_retryqueue.policy import Policy, PolicyTable
 from scrapy_retryqueue.queue import RedisDelayedQueue, RetryBudget, Write
 from scrapy_retryqueue.recovery import Record, RecoveryStats, empty_record, observation
+
+from .common import ROOT, flaky_site
 
 KIND = "server_error"
 MEDIANS = (2.0, 10.0, 40.0, 150.0, 600.0)
@@ -72,6 +98,10 @@ class FullJitter(ExponentialBackoff):
         return super().delay(replace(ctx, policy=replace(ctx.policy, jitter="full")))
 
 
+#: A strategy's figures, and the lag (s) of each task it recovered, by task.
+Outcome = tuple[dict[str, float], dict[str, float]]
+
+
 def _table(strategy_name: str) -> tuple[PolicyTable, Any]:
     policy = Policy.from_dict(POLICIES[KIND], where=KIND)
     if strategy_name == "learned":
@@ -86,12 +116,13 @@ def _table(strategy_name: str) -> tuple[PolicyTable, Any]:
     return table, strategy
 
 
-def simulate(strategy_name: str) -> dict[str, float]:
+def simulate(strategy_name: str) -> Outcome:
     table, strategy = _table(strategy_name)
     failure = FailureInfo(KIND, "HttpStatus", "HTTP 503", status=503)
     records: dict[tuple[str, str], Record] = {}
     failed = recovered = dead = 0
     lags: list[float] = []
+    by_task: dict[str, float] = {}
     sent_down = 0
     down_time = 0.0
     for shape in ("lognormal", "pareto"):
@@ -106,7 +137,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
                 counted = n >= OUTAGES * WARMUP
                 if counted:
                     down_time += length
-                for _ in range(TASKS_PER_OUTAGE):
+                for i in range(TASKS_PER_OUTAGE):
                     t = start + rng.random() * length
                     first, prior, attempts = t, None, 0
                     while True:
@@ -128,6 +159,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
                             recovered += counted
                             if counted:
                                 lags.append(t - end)
+                                by_task[f"{domain}/{n}/{i}"] = t - end
                             _learn(records, domain, prior, int((t - first) * 1000), True, t)
                             break
                         failed += counted
@@ -145,7 +177,7 @@ def simulate(strategy_name: str) -> dict[str, float]:
         "lag p90 s": lags[int(len(lags) * 0.9)],
         "dead": float(dead),
         "retries/s down": sent_down / down_time,
-    }
+    }, by_task
 
 
 def _learn(
@@ -313,25 +345,238 @@ def simulate_budget(client: redis.Redis, strategy_name: str, budget_on: bool) ->
     }
 
 
-def measure(redis_url: str, tmp: Path) -> dict[str, float]:
-    results = {name: simulate(name) for name in ("exponential", "full", "learned")}
-    figures: dict[str, float] = {}
-    for name, values in results.items():
-        for figure, value in values.items():
-            figures[f"{name} {figure}"] = value
-    client = redis.Redis.from_url(redis_url)
-    try:
-        for name in ("exponential", "full", "learned"):
-            for on in (False, True):
-                for figure, value in simulate_budget(client, name, on).items():
-                    figures[f"budget {'on' if on else 'off'}, {name}: {figure}"] = value
-    finally:
-        client.close()
-    exp, learned = results["exponential"], results["learned"]
-    figures["learned ÷ exponential failed/recovered"] = (
-        learned["failed/recovered"] / exp["failed/recovered"]
-    )
-    figures["learned ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
-    figures["learned ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
-    figures["learned minus exponential dead"] = learned["dead"] - exp["dead"]
+# -- the real crawl -----------------------------------------------------------------
+
+NODE = ROOT / "tests" / "domains_crawl.py"
+#: Median outage of each host, s, and the spread of its passes' lengths (lognormal sigma).
+CRAWL_MEDIANS = (2.0, 5.0, 10.0, 20.0, 40.0)
+CRAWL_SIGMA = 0.3
+CRAWL_PAGES = 24
+#: Passes that teach the fleet before the measured one.
+CRAWL_LEARNING_PASSES = 2
+CRAWL_POLICY = {
+    "retry": True,
+    "base_delay": 1.0,
+    "multiplier": 2.0,
+    "max_delay": 30.0,
+    "max_retries": 6,
+    "jitter": "equal",
+}
+STRATEGIES = ("exponential", "full", "learned")
+#: A pass that has not ended by then is a broken benchmark, s.
+PASS_TIMEOUT = 300
+
+
+def crawl_lengths() -> list[list[float]]:
+    """Per pass, each host's outage length (s): the same draws for every strategy."""
+    rng = random.Random(f"{SEED}-crawl")
+    return [
+        [round(median * rng.lognormvariate(0.0, CRAWL_SIGMA), 2) for median in CRAWL_MEDIANS]
+        for _ in range(CRAWL_LEARNING_PASSES + 1)
+    ]
+
+
+def _node_settings(redis_url: str, strategy: str) -> dict[str, Any]:
+    policy = dict(CRAWL_POLICY, jitter="full") if strategy == "full" else CRAWL_POLICY
+    settings: dict[str, Any] = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_NODE_ID": f"bench-{strategy}",
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "RETRYQUEUE_POLL_INTERVAL": 0.2,
+        "RETRYQUEUE_LEASE_TIME": 10,
+        "RETRYQUEUE_IDLE_TIMEOUT": 120,
+        "RETRYQUEUE_POLICIES": {"server_error": policy},
+        "RETRYQUEUE_LEARNED_REFRESH": 1.0,
+        "CONCURRENT_REQUESTS": 64,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 32,
+        "CONCURRENT_ITEMS": 10,
+        "DOWNLOAD_TIMEOUT": 5,
+        "LOG_LEVEL": "WARNING",
+    }
+    if strategy == "learned":
+        settings["RETRYQUEUE_BACKOFF"] = "scrapy_retryqueue.LearnedBackoff"
+    return settings
+
+
+#: Per strategy, per host of its last measured pass: (outage s, failed retries,
+#: recovered, dead, lag p50): printed by ``python -m benchmarks.adaptive``.
+PER_HOST: dict[str, list[tuple[float, int, int, int, float]]] = {}
+
+
+def _pass_figures(sites: list[Any], strategy: str = "") -> Outcome:
+    failed = recovered = dead = sent_down = 0
+    lags: list[float] = []
+    down = 0.0
+    PER_HOST[strategy] = []
+    by_page: dict[str, float] = {}
+    for index, site in enumerate(sites):
+        before = (failed, recovered, dead, len(lags))
+        (window,) = site.get_json("/__outages")[-1:]
+        down += window["length"]
+        per_page: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for entry in site.get_json("/__log"):
+            per_page[entry["path"]].append(entry)
+        for path, entries in per_page.items():
+            entries.sort(key=lambda e: e["t"])
+            failures = [e for e in entries if e["status"] == 503]
+            if not failures:
+                continue  # first fetched after the outage: no task
+            sent_down += len(failures) - 1
+            ok = [e for e in entries if e["status"] == 200]
+            if ok:
+                recovered += 1
+                failed += len(failures) - 1
+                lags.append(max(0.0, ok[0]["t"] - window["end"]))
+                by_page[f"{index}{path}"] = lags[-1]
+            else:
+                dead += 1
+        host_lags = sorted(lags[before[3] :])
+        PER_HOST[strategy].append(
+            (
+                window["length"],
+                failed - before[0],
+                recovered - before[1],
+                dead - before[2],
+                statistics.median(host_lags) if host_lags else math.nan,
+            )
+        )
+    lags.sort()
+    return {
+        "failed/recovered": failed / max(1, recovered),
+        "lag p50 s": statistics.median(lags) if lags else math.nan,
+        "lag p90 s": lags[int(len(lags) * 0.9)] if lags else math.nan,
+        "dead": float(dead),
+        "retries/s down": sent_down / down if down else 0.0,
+    }, by_page
+
+
+def crawl_strategy(redis_url: str, workdir: Path, index: int, strategy: str) -> Outcome:
+    """Every pass of one strategy on its own hosts; the measured pass's figures."""
+    lengths = crawl_lengths()
+    spider = f"adaptive-{strategy}"
+    settings = json.dumps(_node_settings(redis_url, strategy))
+    hosts = [f"127.0.{20 + index}.{2 + j}" for j in range(len(CRAWL_MEDIANS))]
+    with contextlib.ExitStack() as stack:
+        sites = [
+            stack.enter_context(
+                flaky_site(
+                    host=host,
+                    mix="healthy",
+                    pages=CRAWL_PAGES,
+                    outages=",".join(str(lengths[p][j]) for p in range(len(lengths))),
+                )
+            )
+            for j, host in enumerate(hosts)
+        ]
+        urls = [f"{site.url}/page/{n}" for n in range(CRAWL_PAGES) for site in sites]
+        figures: Outcome = ({}, {})
+        for p in range(len(lengths)):
+            for site in sites:
+                if p:
+                    site.reset()  # arms the pass's outage
+            out = workdir / f"{spider}-{p}.json"
+            subprocess.run(
+                [sys.executable, str(NODE), json.dumps(urls), spider, settings, str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=PASS_TIMEOUT,
+                check=True,
+            )
+            figures = _pass_figures(sites, strategy)
     return figures
+
+
+def crawl(redis_url: str, workdir: Path) -> dict[str, Outcome]:
+    """The strategies' real crawls, side by side (threads waiting on subprocesses)."""
+    results: dict[str, Outcome] = {}
+    errors: list[BaseException] = []
+
+    def run(index: int, strategy: str) -> None:
+        try:
+            results[strategy] = crawl_strategy(redis_url, workdir, index, strategy)
+        except BaseException as exc:  # said by the caller, not lost in a thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, name)) for i, name in enumerate(STRATEGIES)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _compare(figures: dict[str, float], outcomes: dict[str, Outcome], prefix: str) -> None:
+    """Each strategy's figures; its lag over the tasks every strategy recovered (the
+    plain lag is over what each recovered, so one that saves more of the long outages
+    is measured on a slower population); and the learned ones against exponential."""
+    common = set.intersection(*(set(lags) for _, lags in outcomes.values()))
+    for name, (values, lags) in outcomes.items():
+        for figure, value in values.items():
+            figures[f"{prefix}{name} {figure}"] = value
+        both = sorted(lags[task] for task in common)
+        figures[f"{prefix}{name} lag p50 s, tasks all recovered"] = _p(both, 0.5)
+        figures[f"{prefix}{name} lag p90 s, tasks all recovered"] = _p(both, 0.9)
+    exp = outcomes["exponential"][0]
+    exp_p50 = figures[f"{prefix}exponential lag p50 s, tasks all recovered"]
+    exp_p90 = figures[f"{prefix}exponential lag p90 s, tasks all recovered"]
+    for name in ("learned",):
+        learned = outcomes[name][0]
+        figures[f"{prefix}{name} ÷ exponential failed/recovered"] = (
+            learned["failed/recovered"] / exp["failed/recovered"]
+        )
+        figures[f"{prefix}{name} ÷ exponential lag p50"] = learned["lag p50 s"] / exp["lag p50 s"]
+        figures[f"{prefix}{name} ÷ exponential lag p90"] = learned["lag p90 s"] / exp["lag p90 s"]
+        p50 = figures[f"{prefix}{name} lag p50 s, tasks all recovered"]
+        p90 = figures[f"{prefix}{name} lag p90 s, tasks all recovered"]
+        figures[f"{prefix}{name} ÷ exponential lag p50, tasks all recovered"] = p50 / exp_p50
+        figures[f"{prefix}{name} ÷ exponential lag p90, tasks all recovered"] = p90 / exp_p90
+        figures[f"{prefix}{name} minus exponential dead"] = learned["dead"] - exp["dead"]
+
+
+def _p(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    return statistics.median(values) if q == 0.5 else values[int(len(values) * q)]
+
+
+#: The simulation is deterministic: a round after the first reuses its outcomes.
+_SIMULATED: dict[str, Outcome] = {}
+_BUDGETED: dict[str, float] = {}
+
+
+def measure(redis_url: str, tmp: Path) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    if not _SIMULATED:
+        _SIMULATED.update({name: simulate(name) for name in STRATEGIES})
+    _compare(figures, _SIMULATED, "")
+    if not _BUDGETED:
+        client = redis.Redis.from_url(redis_url)
+        try:
+            for name in ("exponential", "full", "learned"):
+                for on in (False, True):
+                    for figure, value in simulate_budget(client, name, on).items():
+                        _BUDGETED[f"budget {'on' if on else 'off'}, {name}: {figure}"] = value
+        finally:
+            client.close()
+    figures.update(_BUDGETED)
+    _compare(figures, crawl(redis_url, tmp), "crawl ")
+    return figures
+
+
+if __name__ == "__main__":
+    # The real crawl alone: python -m benchmarks.adaptive
+    import tempfile
+
+    from .common import own_redis
+
+    with tempfile.TemporaryDirectory() as tmp, own_redis() as url:
+        for strategy, (values, _) in crawl(url, Path(tmp)).items():
+            print(strategy, json.dumps(values))
+            for host in PER_HOST[strategy]:
+                length, failed, recovered, dead, lag = host
+                print(
+                    f"  outage {length:.1f} s: {failed} failed retries, {recovered} recovered, "
+                    f"{dead} dead, lag p50 {lag:.1f} s"
+                )

@@ -16,8 +16,15 @@ connections, and exits with status 0 on SIGTERM or SIGINT.
 
 Besides the pages it serves ``/`` (an index linking every page), ``/__log``
 (every request to ``/page/*`` so far, as JSON), ``/__scenarios`` (each page's
-scenario and expected final outcome, as JSON) and ``POST /__reset`` (forget all
-counters and the log).
+scenario and expected final outcome, as JSON), ``/__outages`` (the outage
+windows so far, as JSON) and ``POST /__reset`` (forget all counters and the log,
+and arm the next outage).
+
+Outage windows (``--outages 4,12.5``): a host whose outages a benchmark times.
+From its first page request the whole site answers 503 (no Retry-After: a site
+that broke, not one that throttles) for the first length, seconds; after
+``POST /__reset`` the next first request starts the next length (the list
+cycles). One site per host (``--host 127.0.0.x``) gives each host its own.
 
 Importable too: ``make_server()`` or ``run()`` serve in-process, and the
 scenario mapping (``SCENARIOS``, ``scenario_for``, ``plan_for``, ...) is pure.
@@ -349,6 +356,7 @@ _ROUTES: Final[dict[str, str]] = {
     "/": "GET",
     "/__log": "GET",
     "/__scenarios": "GET",
+    "/__outages": "GET",
     "/__reset": "POST",
 }
 
@@ -370,6 +378,46 @@ def _not_found_plan(attempt: int, age: float) -> Plan:
 
 def _throttled_plan(retry_after: int, attempt: int, age: float) -> Plan:
     return Plan(429, retry_after=max(1, retry_after))
+
+
+def _outage_plan(attempt: int, age: float = 0.0) -> Plan:
+    return Plan(503)
+
+
+class OutageWindows:
+    """The outage mode: down for ``lengths[i]`` seconds from the first page request
+    after the i-th arming (the start, then each reset), the lengths cycling."""
+
+    def __init__(self, lengths: Sequence[float]) -> None:
+        if any(not (math.isfinite(x) and x >= 0) for x in lengths):
+            raise ValueError(f"outage lengths must be seconds >= 0, got {list(lengths)!r}")
+        self.lengths = tuple(float(x) for x in lengths)
+        self._lock = threading.Lock()
+        self._armed = 0
+        self._windows: list[dict[str, float]] = []
+        self._current: dict[str, float] | None = None
+
+    def down(self, now: float) -> bool:
+        """Whether a page request at *now* finds the site down (the first after an
+        arming opens the window)."""
+        if not self.lengths:
+            return False
+        with self._lock:
+            if self._current is None:
+                length = self.lengths[self._armed % len(self.lengths)]
+                self._current = {"start": now, "end": now + length, "length": length}
+                self._windows.append(self._current)
+            return now < self._current["end"]
+
+    def rearm(self) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._armed += 1
+            self._current = None
+
+    def windows(self) -> list[dict[str, float]]:
+        with self._lock:
+            return [dict(w) for w in self._windows]
 
 
 class FlakyHandler(BaseHTTPRequestHandler):
@@ -399,6 +447,8 @@ class FlakyHandler(BaseHTTPRequestHandler):
             self._send(200, index_html(self.server.pages, chain=self.server.chain).encode(), _HTML)
         elif path == "/__log":
             self._send_json(self.server.state.log())
+        elif path == "/__outages":
+            self._send_json(self.server.outages.windows())
         else:
             self._send_json(scenarios_table(self.server.pages, self.server.mix))
 
@@ -409,6 +459,7 @@ class FlakyHandler(BaseHTTPRequestHandler):
             self._reject(path)
             return
         self.server.state.reset()
+        self.server.outages.rearm()
         # 204 carries no Content-Length: RFC 9110 forbids it there, and the
         # status alone tells the client there is no body.
         self.send_response(204)
@@ -429,6 +480,8 @@ class FlakyHandler(BaseHTTPRequestHandler):
         if throttled is not None:
             # A site under load: every page answers 429 until the throttle ends.
             decide = partial(_throttled_plan, math.ceil(throttled))
+        if server.outages.down(time.time()):
+            decide = _outage_plan
         plan, entry = server.state.arrive(path, decide)
 
         # Waiting on the stop event rather than sleeping lets shutdown cut
@@ -550,6 +603,7 @@ class FlakyServer(ThreadingHTTPServer):
         throttle_for: float = 10.0,
         chain: bool = False,
         outage: float = 30.0,
+        outages: Sequence[float] = (),
     ) -> None:
         if mix not in MIXES:
             raise ValueError(f"mix must be one of {', '.join(MIXES)}, got {mix!r}")
@@ -574,6 +628,8 @@ class FlakyServer(ThreadingHTTPServer):
         self._throttle_lock = threading.Lock()
         self._page_requests = 0
         self._throttle_until: float | None = None
+        #: The outage mode (OutageWindows); no lengths: never down.
+        self.outages = OutageWindows(outages)
         super().__init__(address, FlakyHandler)
 
     def throttled(self) -> float | None:
@@ -625,6 +681,7 @@ def make_server(
     throttle_for: float = 10.0,
     chain: bool = False,
     outage: float = 30.0,
+    outages: Sequence[float] = (),
 ) -> FlakyServer:
     """A bound, listening server; drive it with ``serve_forever()``.
 
@@ -641,6 +698,7 @@ def make_server(
         throttle_for=throttle_for,
         chain=chain,
         outage=outage,
+        outages=outages,
     )
 
 
@@ -657,6 +715,7 @@ def run(
     throttle_for: float = 10.0,
     chain: bool = False,
     outage: float = 30.0,
+    outages: Sequence[float] = (),
 ) -> None:
     """Serve until ``shutdown()`` is called on the server.
 
@@ -675,6 +734,7 @@ def run(
         throttle_for,
         chain,
         outage,
+        outages,
     )
     try:
         if ready_callback is not None:
@@ -730,6 +790,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--outage", type=float, default=30.0, help="how long server_error_outage pages fail, s"
     )
+    parser.add_argument(
+        "--outages",
+        type=_lengths,
+        default=(),
+        metavar="S[,S...]",
+        help="outage windows: every page answers 503 for S seconds from the first page "
+        "request, the next S after each POST /__reset (default: none)",
+    )
     args = parser.parse_args(argv)
     for name in (
         "pages",
@@ -743,6 +811,18 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
+
+
+def _lengths(text: str) -> tuple[float, ...]:
+    try:
+        lengths = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--outages must be seconds separated by commas, got {text!r}"
+        ) from None
+    if any(not (math.isfinite(x) and x >= 0) for x in lengths):
+        raise argparse.ArgumentTypeError(f"--outages lengths must be seconds >= 0, got {text!r}")
+    return lengths
 
 
 @dataclass
@@ -822,6 +902,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.throttle_for,
         args.chain,
         args.outage,
+        args.outages,
     )
     return 0
 

@@ -240,7 +240,11 @@ def read_records(
     records: dict[tuple[str, str], Record] = {}
     malformed: list[str] = []
     for raw_field, value in raw.items():
-        field = as_text(raw_field)
+        try:
+            field = as_text(raw_field)
+        except UnicodeDecodeError:  # a name no script writes: shown, escaped
+            malformed.append(bytes(raw_field).decode(errors="backslashreplace"))
+            continue
         key = parse_field(field)
         try:
             if key is None:

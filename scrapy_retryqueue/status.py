@@ -12,11 +12,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import redis
+
 from . import view
+from .config import Config, learned_backoff_settings
+from .connection import is_outage
 from .exceptions import RetryQueueError
+from .learned import LearnedBackoff
+from .recovery import read_records
+from .recoverysummary import MAX_SHOWN, malformed_line, summarise
 from .store.db import Store
 from .store.queries import status_counts
-from .values import now_ms
+from .values import as_text, now_ms
 
 #: Said when the embedded server is down: counts are left out, not started for.
 EMBEDDED_DOWN = (
@@ -93,3 +100,73 @@ def collect(
         {} if client is None else {name: view.counts(client, name, now, project) for name in found}
     )
     return Status(found, client, live, history, notes, now, missing, project)
+
+
+def learned_strategy(config: Config, settings: Any) -> LearnedBackoff:
+    """A LearnedBackoff of its own (summarise hands it the records it shows; readers may
+    run at once): the project's one's parameters when RETRYQUEUE_BACKOFF is an instance,
+    else its RETRYQUEUE_LEARNED_* settings. What it would pick is shown either way."""
+    if isinstance(config.backoff, LearnedBackoff):
+        theirs = config.backoff
+        return LearnedBackoff(
+            skip_below=theirs.skip_below,
+            early_at=theirs.early_at,
+            min_outages=theirs.min_outages,
+            fallback=theirs.fallback,
+        )
+    skip, early, outages = learned_backoff_settings(settings if settings is not None else {})
+    return LearnedBackoff(skip_below=skip, early_at=early, min_outages=outages)
+
+
+def learned_recovery(
+    client: Any,
+    spider: str,
+    *,
+    config: Config,
+    strategy: LearnedBackoff,
+    now: int | None = None,
+    limit: int = MAX_SHOWN,
+) -> dict[str, Any]:
+    """What the fleet has learned of *spider*'s recovery times (recoverysummary.summarise),
+    with ``notes``: one line for its malformed records, one for a hash that cannot be
+    read or was cut short. Never raises for what is in Redis; a Redis that does not
+    answer is a note too."""
+    now = now_ms() if now is None else now
+    # Twice the records a crawl keeps: a hash past that is another writer's doing.
+    bound = 2 * max(1, config.learned_max_records)
+    notes: list[str] = []
+    try:
+        stored = view.recovery_hash(client, spider, config.namespace, limit=bound)
+    except Exception as exc:
+        if not (isinstance(exc, redis.RedisError) or is_outage(exc)):
+            raise
+        stored = view.RecoveryHash({}, problem=f"Redis does not answer ({exc})")
+    if stored.problem:
+        notes.append(f"{spider}: {stored.problem}; nothing learned is shown")
+    if stored.truncated:
+        notes.append(
+            f"{spider}: the learned recovery hash holds more than {bound:,} records; "
+            f"the first {bound:,} read are used"
+        )
+    stats, malformed = read_records(stored.fields, now=now, half_life=config.learned_half_life)
+    if malformed:
+        notes.append(malformed_line(spider, malformed))
+    updated: dict[tuple[str, str], int] = {}
+    for raw_field, value in stored.fields.items():
+        try:
+            parts = as_text(raw_field).rpartition(" ")
+            if (parts[0], parts[2]) in stats.records:
+                # The stored time, before read_records decayed the record to now.
+                updated[(parts[0], parts[2])] = int(as_text(value).split(None, 1)[0])
+        except (UnicodeDecodeError, ValueError, IndexError):
+            continue  # malformed: reported by read_records
+    table = config.policy_table
+    summary = summarise(
+        stats,
+        policy_for=lambda kind, domain: table.policy_for(kind, domain),
+        strategy=strategy,
+        updated=updated,
+        limit=limit,
+    )
+    uses = isinstance(config.backoff, LearnedBackoff) or config.backoff is LearnedBackoff
+    return {**summary, "unreadable": len(malformed), "in_use": uses, "notes": notes}

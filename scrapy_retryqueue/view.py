@@ -1,4 +1,4 @@
-"""Read-only view of the queue in Redis for people: counts, tasks, dead letters, events, cooling.
+"""Read-only view of the queue in Redis for people: counts, tasks, dead letters, events, cooling, learned records.
 
 Never writes. Serves ``scrapy retryqueue status``, ``scrapy deadletters`` and the dashboard.
 Key names and lease tokens come from :mod:`scrapy_retryqueue.keys`; the
@@ -217,3 +217,30 @@ def task_events(
             break
     out.reverse()
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryHash:
+    """One spider's learned recovery records as stored (recovery.py), unread."""
+
+    #: Field -> value, as Redis returned them (bytes or text).
+    fields: dict[Any, Any]
+    #: More fields than the reader took (the first *limit* are here).
+    truncated: bool = False
+    #: Why the key could not be read (a key of another type); None when it was.
+    problem: str | None = None
+
+
+def recovery_hash(client: Any, spider: str, project: str = "", *, limit: int) -> RecoveryHash:
+    """The ``recovery`` hash of *spider*, at most *limit* fields (HSCAN: a hash grown
+    past its bound by another writer is not read whole)."""
+    key = keys_for(spider, project).recovery
+    fields: dict[Any, Any] = {}
+    try:
+        for name, value in client.hscan_iter(key, count=min(1000, max(10, limit))):
+            if len(fields) >= limit:
+                return RecoveryHash(fields, truncated=True)
+            fields[name] = value
+    except redis.ResponseError as exc:  # WRONGTYPE: another writer's key
+        return RecoveryHash({}, problem=f"{as_text(key)} cannot be read as a hash ({exc})")
+    return RecoveryHash(fields)

@@ -38,9 +38,9 @@ CHECKS = [
     response_headers_conformance,
     negative_data_rejection,
 ]
-#: Examples per operation and mode: 6 operations x 2 modes x this, within about a
-#: minute on a loaded 2-core machine.
-EXAMPLES = 60
+#: Examples per operation and mode: 7 operations x 2 modes x this, within about a
+#: minute on a loaded 2-core machine (60 when there were 6: the same total).
+EXAMPLES = 52
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def _operations(schema: Any) -> list[Any]:
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_the_api_answers_as_its_schema_says(api_schema: Any, mode: GenerationMode) -> None:
     operations = _operations(api_schema)
-    assert len(operations) == 6, [op.label for op in operations]
+    assert len(operations) == 7, [op.label for op in operations]
     failures: list[str] = []
     for operation in operations:
         raw = operation.definition.raw

@@ -635,3 +635,57 @@ def test_make_server_state_is_inspectable(in_process_server: Any) -> None:
         ("/page/1", 503),
         ("/page/1", 503),
     ]
+
+
+# -- outage windows (--outages): the adaptive benchmark's hosts ------------------------
+
+
+@pytest.mark.unit
+def test_outage_windows_open_at_the_first_request_and_cycle_after_each_reset() -> None:
+    windows = flaky_site.OutageWindows([5.0, 20.0])
+    assert windows.down(100.0)  # the first request opens the first window
+    assert windows.down(104.9) and not windows.down(105.0)
+    windows.rearm()
+    assert windows.down(200.0) and windows.down(219.0) and not windows.down(220.0)
+    windows.rearm()
+    assert windows.down(300.0) and not windows.down(305.5)  # back to the first length
+    assert windows.windows() == [
+        {"start": 100.0, "end": 105.0, "length": 5.0},
+        {"start": 200.0, "end": 220.0, "length": 20.0},
+        {"start": 300.0, "end": 305.0, "length": 5.0},
+    ]
+    # A reset before any request arms the same window again; no lengths: never down.
+    windows.rearm()
+    windows.rearm()
+    assert len(windows.windows()) == 3
+    assert not flaky_site.OutageWindows([]).down(0.0)
+    with pytest.raises(ValueError, match="outage lengths must be seconds >= 0"):
+        flaky_site.OutageWindows([-1.0])
+
+
+def test_outage_mode_answers_503_in_a_window_and_reports_it(
+    start_site: Callable[..., Site],
+) -> None:
+    # 0 s, then an hour: no wait in the test, whatever the machine's load.
+    site = start_site("--mix", "healthy", "--outages", "0,3600")
+    assert site.page(1).status == 200  # a window of 0 s: never down
+    site.request("POST", "/__reset")
+    first = site.page(1)
+    assert first.status == 503 and "Retry-After" not in first.headers
+    assert site.page(2).status == 503  # every page of the host
+    (_, window) = json.loads(site.get("/__outages").body)
+    assert window["length"] == 3600 and window["end"] - window["start"] == 3600
+    assert [e["status"] for e in site.log()] == [503, 503]
+    site.request("POST", "/__reset")
+    assert site.page(1).status == 200  # the lengths cycle
+
+
+def test_outage_lengths_must_be_seconds() -> None:
+    done = subprocess.run(
+        [sys.executable, str(FLAKY_SITE), "--outages", "5,soon"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "--outages must be seconds separated by commas, got '5,soon'" in done.stderr

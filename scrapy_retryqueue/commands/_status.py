@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import view
 from ..sources import Sources
-from ..status import Status, collect
+from ..status import Status, collect, learned_recovery, learned_strategy
 from ._common import EXIT_NO_MATCH, CommandFailed
 
 
@@ -38,6 +38,7 @@ def report(sources: Sources, spiders: list[str], settings: Any = None) -> dict[s
     for spider in status.spiders:
         out["spiders"][spider] = _entry(status, spider)
         out["spiders"][spider]["budget"] = budget_entry(status, spider, sources)
+        learned_section(out, sources, status, spider, settings)
     if status.missing:
         known = project_spiders(settings)
         unknown = [name for name in status.missing if known is None or name not in known]
@@ -144,6 +145,58 @@ def budget_lines(entry: dict[str, Any]) -> list[str]:
     return [head + f"last {budget['window']:g}s): " + "; ".join(parts)]
 
 
+def learned_section(
+    out: dict[str, Any], sources: Sources, status: Status, spider: str, settings: Any
+) -> None:
+    """The spider's learned recovery times (status.learned_recovery) under ``learned``;
+    None when Redis cannot be read. Its notes (malformed records) join the report's."""
+    entry = out["spiders"][spider]
+    if status.client is None:
+        entry["learned"] = None
+        return
+    config = sources.config
+    learned = learned_recovery(
+        status.client,
+        spider,
+        config=config,
+        strategy=learned_strategy(config, settings),
+        now=status.now_ms,
+    )
+    out["notes"].extend(learned.pop("notes"))
+    entry["learned"] = learned
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f} s" if value < 60 else f"{value / 60:.1f} min"
+
+
+def learned_lines(learned: dict[str, Any] | None) -> list[str]:
+    """The table's lines of one spider's learned recovery times (none when nothing is learned)."""
+    if not learned or not learned["curves"]:
+        return []
+    how = "in use" if learned["in_use"] else "is not RETRYQUEUE_BACKOFF; what it would pick"
+    lines = [f"  learned recovery (LearnedBackoff {how}):"]
+    for c in learned["curves"]:
+        nxt = c["next"]
+        then = ", ".join(_seconds(t) for t in nxt["plan_s"][1:])
+        pick = "-" if nxt["delay_s"] is None else f"waits {_seconds(nxt['delay_s'])}"
+        if then:
+            pick += f", then tries at {then} if it keeps failing"
+        lines.append(
+            f"    {c['kind']} at {c['domain']}: {c['outages']:.0f} outages "
+            f"({c['recovered']:.0f} seen to end), median {_seconds(c['median_s'])}, "
+            f"p90 {_seconds(c['p90_s'])}; next: {pick}"
+        )
+        lines.append(f"      why: {nxt['reason']}")
+    if learned["shown"] < learned["records"]:
+        lines.append(
+            f"    ({learned['records'] - learned['shown']} less observed records not shown)"
+        )
+    return lines
+
+
 def project_spiders(settings: Any) -> set[str] | None:
     """The names of the project's spiders; None outside a project (no SPIDER_MODULES)."""
     if settings is None or not settings.getlist("SPIDER_MODULES"):
@@ -230,6 +283,7 @@ def render_table(report: dict[str, Any]) -> str:
                 )
             )
         details.extend(budget_lines(e))
+        details.extend(learned_lines(e.get("learned")))
         if details:
             lines.append("")
             lines.append(f"{spider}:")

@@ -4,7 +4,7 @@
         the project's embedded Redis-compatible server
     scrapy retryqueue status [--spider NAME ...] [--json]
         per spider: due, due now, leased, dead, succeeded today, by kind,
-        top domains
+        top domains, learned recovery times
     scrapy retryqueue dashboard [--host H] [--port P] [--token T]
                                 [--redis-url URL] [--database-url URL]
         the web dashboard (the dashboard extra)
@@ -85,7 +85,9 @@ def build_parser() -> ArgumentParser:
             "Live counts from Redis (due, due now, leased, dead letters and events not yet\n"
             "in the store, cooling domains) beside the store's history (dead, succeeded\n"
             "today, by kind, top domains). An embedded server that is not running is not\n"
-            "started. A spider of the project that was never crawled is shown with\n"
+            "started. Per (kind, domain), the learned recovery times: outages seen, median\n"
+            "and p90, and what LearnedBackoff would pick next (docs/backoff.md).\n"
+            "A spider of the project that was never crawled is shown with\n"
             "nothing yet; a name that is no spider of the project and has nothing recorded\n"
             "is an error (exit code 1)."
         ),

@@ -485,6 +485,43 @@ def create_app(
     ) -> Any:
         return page(request, "overview.html", window=window or "hour", spider=spider or "")
 
+    def _names(values: Sequence[str] | None) -> list[str]:
+        return [n.strip() for value in values or () for n in value.split(",") if n.strip()]
+
+    async def _recovery(spider: Any, kind: Any, domain: Any) -> Any:
+        return await run_in_threadpool(
+            backend.recovery, _names(spider), _names(kind), _names(domain)
+        )
+
+    @app.get("/recovery", response_class=HTMLResponse, include_in_schema=False)
+    async def recovery_page(
+        request: Request,
+        spider: Annotated[list[QueryValue], Query(default_factory=list)],
+        kind: Annotated[list[QueryValue], Query(default_factory=list)],
+        domain: Annotated[list[QueryValue], Query(default_factory=list)],
+    ) -> Any:
+        from .charts import recovery_chart
+
+        data = await _recovery(spider, kind, domain)
+        charts = {
+            (name, c["kind"], c["domain"]): recovery_chart(
+                c["points"], c["next"]["delay_s"], c["longest_seen_s"]
+            )
+            for name, learned in data["spiders"].items()
+            for c in learned["curves"]
+        }
+        return page(
+            request,
+            "recovery.html",
+            data=data,
+            charts=charts,
+            params={
+                "spider": ", ".join(_names(spider)),
+                "kind": ", ".join(_names(kind)),
+                "domain": ", ".join(_names(domain)),
+            },
+        )
+
     @app.get("/tasks", response_class=HTMLResponse, include_in_schema=False)
     async def tasks_page(
         request: Request,
@@ -582,6 +619,39 @@ def create_app(
     ) -> Any:
         spiders = [name for value in spider or () for name in value.split(",") if name.strip()]
         return await run_in_threadpool(backend.overview, window or "hour", spiders)
+
+    @app.get(
+        "/api/recovery",
+        tags=["read"],
+        responses=READ_ERRORS,
+        summary="The learned recovery curves, per spider, kind and domain",
+        description="What the fleet has learned of how long outages last (the records "
+        "LearnedBackoff reads; docs/backoff.md). Per spider: `curves`, one per (kind, "
+        "domain), the most observed first: `outages` and `recovered` (weighted), "
+        "`median_s` and `p90_s` (null when fewer outages were seen to end), "
+        "`longest_seen_s`, `points` ([t seconds, share of outages over after t]), "
+        "`updated_at`, and `next`: what LearnedBackoff would do with a task failing now "
+        "(`delay_s`, `plan_s` the ages of the attempts after it, `reason`); `kinds`, each "
+        "kind over all its domains; `records`, `shown`, `unreadable` (records ignored), "
+        "`in_use` (RETRYQUEUE_BACKOFF is LearnedBackoff). `notes`: unreadable records and "
+        "keys that cannot be read, one line each. Filters (repeat or comma-separate): "
+        "spider, kind, domain (its subdomains match too).",
+    )
+    async def api_recovery(
+        spider: Annotated[
+            list[QueryValue],
+            Query(description="spider name(s), repeated or comma-separated", default_factory=list),
+        ],
+        kind: Annotated[
+            list[QueryValue],
+            Query(description="failure kind(s), repeated or comma-separated", default_factory=list),
+        ],
+        domain: Annotated[
+            list[QueryValue],
+            Query(description="host name(s); subdomains match too", default_factory=list),
+        ],
+    ) -> Any:
+        return await _recovery(spider, kind, domain)
 
     @app.get(
         "/api/tasks",

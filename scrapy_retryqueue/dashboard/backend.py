@@ -28,7 +28,7 @@ from ..keys import keys_for
 from ..kinds import BUILTIN_TABLE
 from ..redact import mask_envelope, mask_request, mask_url_passwords
 from ..sources import Sources
-from ..status import collect, local_midnight
+from ..status import EMBEDDED_DOWN, collect, learned_recovery, learned_strategy, local_midnight
 from ..store import actions
 from ..store.db import Store, StoreError
 from ..store.models import tasks_table
@@ -426,6 +426,71 @@ class Backend:
             "series": series,
             "truncated": truncated,
         }
+
+    # -- learned recovery times ---------------------------------------------------
+
+    def recovery(
+        self,
+        spiders: Sequence[str] = (),
+        kinds: Sequence[str] = (),
+        domains: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """Per spider, the learned recovery curve of each (kind, domain) with its
+        figures and LearnedBackoff's next pick (status.learned_recovery); *kinds* and
+        *domains* (a domain matches its subdomains too) keep only some of them."""
+        if len(spiders) > MAX_OVERVIEW_SPIDERS:
+            raise DashboardError(
+                f"spider names {len(spiders)} spiders; at most {MAX_OVERVIEW_SPIDERS} at once"
+            )
+        try:
+            spiders = [check_text("spider", name.strip()) for name in spiders]
+            for name in spiders:
+                keys_for(name)
+            domains = [check_text("domain", d.strip().lower()) for d in domains if d.strip()]
+        except (FilterError, SpiderNameError) as exc:
+            raise DashboardError(str(exc)) from None
+        unknown = [kind for kind in kinds if kind not in self.known_kinds]
+        if unknown:
+            raise DashboardError(
+                f"kind {shown(unknown[0])} is not a kind; known: {', '.join(self.known_kinds)}"
+            )
+        now = int(datetime.now(UTC).timestamp() * 1000)
+        out: dict[str, Any] = {
+            "generated_at": _ms_iso(now),
+            "spiders": {},
+            "notes": [],
+        }
+        client = self.redis()
+        if client is None:
+            out["notes"].append(EMBEDDED_DOWN)
+            return out
+        config = self.sources().config
+        try:
+            strategy = learned_strategy(config, self.settings)
+            names = sorted(set(spiders) if spiders else view.spiders(client, self.project))
+        except ConfigError as exc:
+            raise DashboardError(str(exc), 500) from None
+        except redis.RedisError as exc:
+            raise DashboardError(f"Redis does not answer: {exc}", 503) from None
+        for spider in names[:MAX_OVERVIEW_SPIDERS]:
+            learned = learned_recovery(client, spider, config=config, strategy=strategy, now=now)
+            out["notes"].extend(learned.pop("notes"))
+
+            def wanted(kind: str, domain: str | None) -> bool:
+                if kinds and kind not in kinds:
+                    return False
+                return not domains or (
+                    domain is not None
+                    and any(domain == d or domain.endswith("." + d) for d in domains)
+                )
+
+            learned["curves"] = [c for c in learned["curves"] if wanted(c["kind"], c["domain"])]
+            learned["kinds"] = [k for k in learned["kinds"] if not kinds or k["kind"] in kinds]
+            for curve in learned["curves"]:
+                curve["updated_at"] = _ms_iso(curve.pop("updated_ms"))
+            if learned["records"] or learned["unreadable"] or spiders:
+                out["spiders"][spider] = learned
+        return out
 
     # -- tasks -------------------------------------------------------------------
 
