@@ -169,9 +169,7 @@ def test_records_that_do_not_read_are_one_note_and_a_wrong_key_another(
     assert "budget cannot be read as a hash" in render_table(shown)
 
 
-def test_a_budget_that_is_off_is_one_line(
-    settings: dict[str, Any], seeded: dict[str, Any]
-) -> None:
+def test_a_budget_that_is_off_is_one_line(settings: dict[str, Any], seeded: dict[str, Any]) -> None:
     off = {k: v for k, v in settings.items() if not k.startswith("RETRYQUEUE_RETRY_BUDGET")}
     for client in _client(off):
         data = client.get("/api/recovery", params={"spider": seeded["spider"]}).json()
@@ -179,3 +177,11 @@ def test_a_budget_that_is_off_is_one_line(
         assert data["spiders"][seeded["spider"]]["budget"] is None
         html = client.get("/recovery", params={"spider": seeded["spider"]}).text
         assert html.count('id="budget-off"') == 1 and "budget-domain" not in html
+
+
+def test_a_bad_budget_setting_is_one_error_naming_it(settings: dict[str, Any]) -> None:
+    for client in _client({**settings, "RETRYQUEUE_RETRY_BUDGET_WINDOW": "a while"}):
+        reply = client.get("/api/recovery")
+        assert reply.status_code == 500
+        assert "RETRYQUEUE_RETRY_BUDGET_WINDOW" in reply.json()["detail"], reply.text
+        assert "a while" in reply.json()["detail"]
