@@ -59,10 +59,15 @@ class BudgetRecord:
         pad = (0,) * shift
         return BudgetRecord(index, self.requests[shift:] + pad, self.retries[shift:] + pad)
 
+    def limit(self, *, share: float, floor: float, window: float) -> int:
+        """The retries the counted slices may hold: ``floor * window + share * requests``
+        (whole retries), for a record already :meth:`at` now."""
+        requests = sum(self.requests[SLOTS - REQUEST_SLOTS :])
+        return math.floor(floor * window + share * requests)
+
     def allowance(self, *, share: float, floor: float, window: float) -> int:
         """Retries the domain may get now (never below 0), for a record already :meth:`at` now."""
-        requests = sum(self.requests[SLOTS - REQUEST_SLOTS :])
-        return max(0, math.floor(floor * window + share * requests) - sum(self.retries))
+        return max(0, self.limit(share=share, floor=floor, window=window) - sum(self.retries))
 
     def text(self, slice_length: int) -> str:
         return " ".join(map(str, (slice_length, self.index, *self.requests, *self.retries)))
@@ -104,6 +109,8 @@ class DomainBudget:
     retries: int
     #: Retries the domain may get now.
     allowance: int
+    #: The retries the counted slices may hold (floor x window + share x requests).
+    limit: int = 0
 
 
 def _domain(field: Any) -> str:
@@ -134,6 +141,7 @@ def read_budgets(
         retries = sum(record.retries)
         if requests or retries:
             allowance = record.allowance(share=share, floor=floor, window=window)
-            states.append(DomainBudget(domain, requests, retries, allowance))
+            limit = record.limit(share=share, floor=floor, window=window)
+            states.append(DomainBudget(domain, requests, retries, allowance, limit))
     states.sort(key=lambda s: (-s.retries, -s.requests, s.domain))
     return states, sorted(malformed)

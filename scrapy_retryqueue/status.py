@@ -2,7 +2,8 @@
 
 What ``scrapy retryqueue status`` and the dashboard's overview and metrics
 start from. A side that cannot be opened is left out with a note saying why,
-and the other is still read.
+and the other is still read. The learned recovery times and the retry budget of
+a spider are read here too, for ``status`` and the dashboard's /recovery page alike.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import view
 from .config import Config, learned_backoff_settings
 from .connection import is_outage
 from .exceptions import RetryQueueError
+from .keys import keys_for
 from .learned import LearnedBackoff
 from .recovery import read_records
 from .recoverysummary import MAX_SHOWN, malformed_line, summarise
@@ -170,3 +172,75 @@ def learned_recovery(
     )
     uses = isinstance(config.backoff, LearnedBackoff) or config.backoff is LearnedBackoff
     return {**summary, "unreadable": len(malformed), "in_use": uses, "notes": notes}
+
+
+#: Domains one note on unreadable budget records names, at most.
+_BUDGET_NAMED = 5
+#: Characters of a domain a note shows (anything may be in Redis).
+_DOMAIN_SHOWN = 60
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """One spider's retry budget now, JSON-ready (``entry``), and why it could not be
+    read (``problem``: a key of another type, a Redis that does not answer)."""
+
+    entry: dict[str, Any]
+    problem: str | None = None
+
+
+def retry_budget_state(client: Any, spider: str, *, config: Config, now: int) -> BudgetState | None:
+    """The retry budget of each domain of *spider* with requests or retries in the
+    window now (view.budgets), with the limit its retries are held to; None when the
+    budget is off in *config*. Never raises for what is in Redis."""
+    if not config.retry_budget:
+        return None
+    entry: dict[str, Any] = {
+        "share": config.retry_budget,
+        "floor": config.retry_budget_floor,
+        "window": config.retry_budget_window,
+        "domains": [],
+        "unreadable": [],
+    }
+    try:
+        states, malformed = view.budgets(
+            client,
+            spider,
+            now,
+            share=config.retry_budget,
+            floor=config.retry_budget_floor,
+            window=config.retry_budget_window,
+            project=config.namespace,
+        )
+    except redis.ResponseError as exc:  # WRONGTYPE: another writer's key
+        key = as_text(keys_for(spider, config.namespace).budget)
+        return BudgetState(entry, f"{spider}: {key} cannot be read as a hash ({exc})")
+    except Exception as exc:
+        if not (isinstance(exc, redis.RedisError) or is_outage(exc)):
+            raise
+        return BudgetState(entry, f"{spider}: Redis does not answer ({exc}); no budget is shown")
+    entry["domains"] = [
+        {
+            "domain": s.domain,
+            "requests": s.requests,
+            "retries": s.retries,
+            "limit": s.limit,
+            "allowance": s.allowance,
+        }
+        for s in states
+    ]
+    entry["unreadable"] = malformed
+    return BudgetState(entry)
+
+
+def budget_malformed_line(spider: str, domains: Sequence[str]) -> str:
+    """The one report line of a spider's retry budget records that do not read."""
+    shown = ", ".join(
+        repr(d if len(d) <= _DOMAIN_SHOWN else d[:_DOMAIN_SHOWN] + "…")
+        for d in domains[:_BUDGET_NAMED]
+    )
+    more = f" and {len(domains) - _BUDGET_NAMED} more" if len(domains) > _BUDGET_NAMED else ""
+    return (
+        f"{spider}: {len(domains)} retry budget record(s) do not read and are not shown "
+        f"(the next claim starts each over): {shown}{more}"
+    )

@@ -526,7 +526,7 @@ def test_status_reports_each_domains_budget_from_redis(
         sources.close()
     budget = out["spiders"][queue.keys.spider]["budget"]
     assert budget["domains"] == [
-        {"domain": "a.example", "requests": 20, "retries": 14, "allowance": 0}
+        {"domain": "a.example", "requests": 20, "retries": 14, "limit": 14, "allowance": 0}
     ]
     assert "a.example 14 retries / 20 requests, over budget" in render_table(out)
     # Off in the settings the command runs with: no budget part.

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import view
 from ..sources import Sources
-from ..status import Status, collect, learned_recovery, learned_strategy
+from ..status import Status, collect, learned_recovery, learned_strategy, retry_budget_state
 from ._common import EXIT_NO_MATCH, CommandFailed
 
 
@@ -37,7 +37,7 @@ def report(sources: Sources, spiders: list[str], settings: Any = None) -> dict[s
     out: dict[str, Any] = {"spiders": {}, "notes": status.notes, "nothing_yet": []}
     for spider in status.spiders:
         out["spiders"][spider] = _entry(status, spider)
-        out["spiders"][spider]["budget"] = budget_entry(status, spider, sources)
+        out["spiders"][spider]["budget"] = budget_entry(status, spider, sources, out["notes"])
         learned_section(out, sources, status, spider, settings)
     if status.missing:
         known = project_spiders(settings)
@@ -94,36 +94,20 @@ def _entry(status: Status, spider: str, *, nothing: bool = False) -> dict[str, A
 BUDGET_DOMAINS_SHOWN = 5
 
 
-def budget_entry(status: Status, spider: str, sources: Sources) -> dict[str, Any] | None:
+def budget_entry(
+    status: Status, spider: str, sources: Sources, notes: list[str] | None = None
+) -> dict[str, Any] | None:
     """The retry budget per domain (RETRYQUEUE_RETRY_BUDGET), JSON-ready; None when the
-    budget is off in these settings or Redis cannot be read."""
-    config = sources.config
-    if not config.retry_budget or status.client is None:
+    budget is off in these settings or Redis cannot be read. A budget key that cannot
+    be read is a line in *notes*."""
+    if status.client is None:
         return None
-    states, malformed = view.budgets(
-        status.client,
-        spider,
-        status.now_ms,
-        share=config.retry_budget,
-        floor=config.retry_budget_floor,
-        window=config.retry_budget_window,
-        project=status.project,
-    )
-    return {
-        "share": config.retry_budget,
-        "floor": config.retry_budget_floor,
-        "window": config.retry_budget_window,
-        "domains": [
-            {
-                "domain": s.domain,
-                "requests": s.requests,
-                "retries": s.retries,
-                "allowance": s.allowance,
-            }
-            for s in states
-        ],
-        "unreadable": malformed,
-    }
+    state = retry_budget_state(status.client, spider, config=sources.config, now=status.now_ms)
+    if state is None:
+        return None
+    if state.problem and notes is not None:
+        notes.append(state.problem)
+    return state.entry
 
 
 def budget_lines(entry: dict[str, Any]) -> list[str]:

@@ -500,7 +500,7 @@ def create_app(
         kind: Annotated[list[QueryValue], Query(default_factory=list)],
         domain: Annotated[list[QueryValue], Query(default_factory=list)],
     ) -> Any:
-        from .charts import recovery_chart
+        from .charts import budget_bar, recovery_chart
 
         data = await _recovery(spider, kind, domain)
         charts = {
@@ -510,11 +510,17 @@ def create_app(
             for name, learned in data["spiders"].items()
             for c in learned["curves"]
         }
+        bars = {
+            (name, d["domain"]): budget_bar(d["retries"], d["limit"])
+            for name, learned in data["spiders"].items()
+            for d in (learned["budget"] or {}).get("domains", ())
+        }
         return page(
             request,
             "recovery.html",
             data=data,
             charts=charts,
+            bars=bars,
             params={
                 "spider": ", ".join(_names(spider)),
                 "kind": ", ".join(_names(kind)),
@@ -624,7 +630,8 @@ def create_app(
         "/api/recovery",
         tags=["read"],
         responses=READ_ERRORS,
-        summary="The learned recovery curves, per spider, kind and domain",
+        summary="The learned recovery curves, per spider, kind and domain, and each "
+        "domain's retry budget",
         description="What the fleet has learned of how long outages last (the records "
         "LearnedBackoff reads; docs/backoff.md). Per spider: `curves`, one per (kind, "
         "domain), the most observed first: `outages` and `recovered` (weighted), "
@@ -634,8 +641,15 @@ def create_app(
         "(`delay_s`, `plan_s` the ages of the attempts after it, `reason`); `kinds`, each "
         "kind over all its domains; `records`, `shown`, `unreadable` (records ignored), "
         "`in_use` (RETRYQUEUE_BACKOFF is LearnedBackoff). `notes`: unreadable records and "
-        "keys that cannot be read, one line each. Filters (repeat or comma-separate): "
-        "spider, kind, domain (its subdomains match too).",
+        "keys that cannot be read, one line each. Each spider's `budget`: the retry "
+        "budget of each domain now (RETRYQUEUE_RETRY_BUDGET; docs/backoff.md), null when "
+        "it is off: `domains` with requests or retries in the window, the busiest first "
+        "(`domain`, `requests` and `retries` counted in the window, `limit` = floor x "
+        "window + share x requests, `allowance`: retries still allowed, 0 when over "
+        "budget), `unreadable` (records not shown, named in `notes`). The top-level "
+        "`budget`: its `share`, `floor` and `window`, null when it is off. Filters "
+        "(repeat or comma-separate): spider, kind, domain (its subdomains match too; "
+        "kind leaves the budget, which is per domain, whole).",
     )
     async def api_recovery(
         spider: Annotated[

@@ -14,7 +14,7 @@ import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,13 +22,21 @@ import redis
 from sqlalchemy import and_, func, select
 
 from .. import events, view
-from ..config import kinds_setting, secret_headers_setting
+from ..config import Config, kinds_setting, secret_headers_setting
 from ..exceptions import ConfigError, RetryQueueError, SpiderNameError
 from ..keys import keys_for
 from ..kinds import BUILTIN_TABLE
 from ..redact import mask_envelope, mask_request, mask_url_passwords
 from ..sources import Sources
-from ..status import EMBEDDED_DOWN, collect, learned_recovery, learned_strategy, local_midnight
+from ..status import (
+    EMBEDDED_DOWN,
+    budget_malformed_line,
+    collect,
+    learned_recovery,
+    learned_strategy,
+    local_midnight,
+    retry_budget_state,
+)
 from ..store import actions
 from ..store.db import Store, StoreError
 from ..store.models import tasks_table
@@ -436,8 +444,10 @@ class Backend:
         domains: Sequence[str] = (),
     ) -> dict[str, Any]:
         """Per spider, the learned recovery curve of each (kind, domain) with its
-        figures and LearnedBackoff's next pick (status.learned_recovery); *kinds* and
-        *domains* (a domain matches its subdomains too) keep only some of them."""
+        figures and LearnedBackoff's next pick (status.learned_recovery), and each
+        domain's retry budget now (status.retry_budget_state; ``budget`` is None when
+        it is off); *kinds* and *domains* (a domain matches its subdomains too) keep
+        only some of them (the budget is per domain: *kinds* leave it whole)."""
         if len(spiders) > MAX_OVERVIEW_SPIDERS:
             raise DashboardError(
                 f"spider names {len(spiders)} spiders; at most {MAX_OVERVIEW_SPIDERS} at once"
@@ -455,8 +465,19 @@ class Backend:
                 f"kind {shown(unknown[0])} is not a kind; known: {', '.join(self.known_kinds)}"
             )
         now = int(datetime.now(UTC).timestamp() * 1000)
+        config = self.sources().config
         out: dict[str, Any] = {
             "generated_at": _ms_iso(now),
+            # The budget's settings (the project's, as the nodes read them), None: off.
+            "budget": (
+                {
+                    "share": config.retry_budget,
+                    "floor": config.retry_budget_floor,
+                    "window": config.retry_budget_window,
+                }
+                if config.retry_budget
+                else None
+            ),
             "spiders": {},
             "notes": [],
         }
@@ -464,7 +485,6 @@ class Backend:
         if client is None:
             out["notes"].append(EMBEDDED_DOWN)
             return out
-        config = self.sources().config
         try:
             strategy = learned_strategy(config, self.settings)
             names = sorted(set(spiders) if spiders else view.spiders(client, self.project))
@@ -472,25 +492,58 @@ class Backend:
             raise DashboardError(str(exc), 500) from None
         except redis.RedisError as exc:
             raise DashboardError(f"Redis does not answer: {exc}", 503) from None
+
+        def in_domains(domain: str | None) -> bool:
+            return not domains or (
+                domain is not None and any(domain == d or domain.endswith("." + d) for d in domains)
+            )
+
         for spider in names[:MAX_OVERVIEW_SPIDERS]:
             learned = learned_recovery(client, spider, config=config, strategy=strategy, now=now)
             out["notes"].extend(learned.pop("notes"))
 
             def wanted(kind: str, domain: str | None) -> bool:
-                if kinds and kind not in kinds:
-                    return False
-                return not domains or (
-                    domain is not None
-                    and any(domain == d or domain.endswith("." + d) for d in domains)
-                )
+                return (not kinds or kind in kinds) and in_domains(domain)
 
             learned["curves"] = [c for c in learned["curves"] if wanted(c["kind"], c["domain"])]
             learned["kinds"] = [k for k in learned["kinds"] if not kinds or k["kind"] in kinds]
             for curve in learned["curves"]:
                 curve["updated_at"] = _ms_iso(curve.pop("updated_ms"))
-            if learned["records"] or learned["unreadable"] or spiders:
+            learned["budget"] = self._budget(client, spider, config, now, in_domains, out["notes"])
+            budget = learned["budget"] or {}
+            if (
+                learned["records"]
+                or learned["unreadable"]
+                or budget.get("domains")
+                or budget.get("unreadable")
+                or spiders
+            ):
                 out["spiders"][spider] = learned
         return out
+
+    @staticmethod
+    def _budget(
+        client: Any,
+        spider: str,
+        config: Config,
+        now: int,
+        wanted: Callable[[str], bool],
+        notes: list[str],
+    ) -> dict[str, Any] | None:
+        """*spider*'s retry budget per domain (the *wanted* ones), None when it is off;
+        records that do not read are counted, and named in one line of *notes*."""
+        state = retry_budget_state(client, spider, config=config, now=now)
+        if state is None:
+            return None
+        if state.problem:
+            notes.append(state.problem)
+        unreadable = state.entry["unreadable"]
+        if unreadable:
+            notes.append(budget_malformed_line(spider, unreadable))
+        return {
+            "domains": [d for d in state.entry["domains"] if wanted(d["domain"])],
+            "unreadable": len(unreadable),
+        }
 
     # -- tasks -------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
-"""The recovery curves' charts, drawn on the server: SVG geometry from a curve's points.
+"""The recovery page's charts, drawn on the server: SVG geometry of curves and budget bars.
 
 Pure: numbers in, coordinates and labels out; the template (recovery.html) writes
 the SVG elements, so the page needs no script and no inline style (the CSP).
-Time runs on a log scale (outages last from seconds to hours), share over on
+A curve's time runs on a log scale (outages last from seconds to hours), share over on
 a linear one from 0 to 100 %.
 """
 
@@ -73,4 +73,45 @@ def recovery_chart(
         y_ticks=[(round(y(s), 1), f"{s:.0%}") for s in (0.0, 0.5, 1.0)],
         pick_x=round(x(pick_s), 1) if pick_s is not None and pick_s > 0 else None,
         box=(LEFT, right_edge, TOP, bottom_edge),
+    )
+
+
+#: A budget bar's size in SVG units, and its end margins.
+BAR_WIDTH, BAR_HEIGHT = 240, 16
+BAR_PAD = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBar:
+    """What recovery.html draws for one domain's retry budget: the limit as a track,
+    the retries counted as a bar over it (past it when the domain is over budget)."""
+
+    width: int
+    height: int
+    #: x where the bar starts; x where the limit ends; x where the retries end.
+    start: float
+    limit_x: float
+    used_x: float
+    #: The retries have reached the limit: no more are claimed until some slide out.
+    over: bool
+
+
+def budget_bar(retries: int, limit: int) -> BudgetBar:
+    """The bar of *retries* against *limit* (floor x window + share x requests): the
+    scale is the domain's own (the larger of the two fills the width), so a domain of
+    a few requests reads as plainly as a busy one."""
+    retries, limit = max(0, retries), max(0, limit)
+    full = max(retries, limit, 1)
+    span = BAR_WIDTH - 2 * BAR_PAD
+
+    def x(count: int) -> float:
+        return round(BAR_PAD + span * count / full, 1)
+
+    return BudgetBar(
+        width=BAR_WIDTH,
+        height=BAR_HEIGHT,
+        start=BAR_PAD,
+        limit_x=x(limit),
+        used_x=x(retries),
+        over=retries >= limit,
     )
