@@ -151,7 +151,7 @@ def static_site(pages: int, sizes: tuple[int, ...] = ()) -> Iterator[StaticSite]
     root.chmod(0o755)
     try:
         (root / "tmp").mkdir()
-        generate(root / "www", max(pages, *sizes), sizes)
+        generate(root / "www", max((pages, *sizes)), sizes)
         for _ in range(10):
             port = free_port()
             (root / "nginx.conf").write_text(CONFIG.format(root=root, port=port))
