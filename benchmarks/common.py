@@ -43,6 +43,20 @@ CRAWL_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_STORE_ENABLED": False,
 }
 STOCK: dict[str, Any] = {"ADDONS": {}}
+
+#: The baselines the overhead, dead-letter and retry sections crawl at, each on
+#: top of CRAWL_SETTINGS: "lean" is what a production crawl runs with (issue 22:
+#: LOG_LEVEL WARNING, 32 concurrent requests), "suite" the settings these
+#: sections used before (64 concurrent requests). Both log at WARNING.
+BASELINES: dict[str, dict[str, Any]] = {
+    "lean": {"CONCURRENT_REQUESTS": 32, "CONCURRENT_REQUESTS_PER_DOMAIN": 32},
+    "suite": {},
+}
+#: The baselines this run measures (``python -m benchmarks --baselines``).
+RUN_BASELINES: list[str] = list(BASELINES)
+#: A setting only the benchmarks read: the database URL of a ``scrapy retryqueue
+#: writer`` process that serves this crawl's spider (the crawl's store is off).
+WRITER = "BENCH_WRITER_DATABASE_URL"
 #: Longest a benchmark crawl may run before it is killed, seconds.
 CRAWL_TIMEOUT = 900
 
@@ -113,6 +127,11 @@ def run_crawl(
     """Run one crawl to its end; its final stats, with ``bench/cpu``: the CPU
     seconds (user + system, every thread) the crawler process used from the
     spider's opening to its exit, read from the child's resource usage."""
+    settings = dict(settings)
+    writer_database = settings.pop(WRITER, None)
+    writer = None
+    if writer_database is not None:
+        writer = WriterProcess(str(settings["RETRYQUEUE_REDIS_URL"]), writer_database, spider)
     process, stats = crawl_process(site_url, spider, settings, workdir, *args)
     # The crawl stops by itself; a stuck one is killed after CRAWL_TIMEOUT.
     watchdog = threading.Timer(CRAWL_TIMEOUT, process.kill)
@@ -121,12 +140,67 @@ def run_crawl(
         _, status, usage = os.wait4(process.pid, 0)
     finally:
         watchdog.cancel()
+        writer_cpu = writer.finish() if writer is not None else None
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"a benchmark crawl failed (exit {process.returncode})")
     result = json.loads(stats.read_text())
-    result["bench/cpu"] = usage.ru_utime + usage.ru_stime - result.get("bench/cpu_at_open", 0.0)
+    total = usage.ru_utime + usage.ru_stime
+    result["bench/cpu"] = total - result.get("bench/cpu_at_open", 0.0)
+    result["bench/cpu_total"] = total
+    if writer_cpu is not None:
+        result["bench/writer_cpu"] = writer_cpu
     return result
+
+
+class WriterProcess:
+    """A ``scrapy retryqueue writer`` serving one spider (the fleet set-up: the
+    crawl runs with its store off), started now; :meth:`finish` waits until it
+    has written every event and dead letter, stops it, and says its CPU."""
+
+    def __init__(self, redis_url: str, database_url: str, spider: str) -> None:
+        self.client = redis.Redis.from_url(redis_url)
+        self.keys = keys_for(spider, DEMO_NAMESPACE)
+        command = [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "writer"]
+        command += ["--spider", spider, "--consumer", f"bench-{spider}"]
+        for name, value in {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": database_url,
+        }.items():
+            command += ["-s", f"{name}={value}"]
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.process = subprocess.Popen(
+            command, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def _caught_up(self) -> bool:
+        events = self.keys.events
+        groups = self.client.xinfo_groups(events) if self.client.exists(events) else []
+        store = [g for g in groups if g["name"] in (b"store", "store")]
+        return (
+            bool(store)
+            and store[0]["pending"] == 0
+            and store[0]["lag"] == 0
+            and (not self.client.zcard(self.keys.dead))
+        )
+
+    def finish(self, timeout: float = 300) -> float:
+        """CPU seconds (user + system) the writer used from its start to its exit."""
+        import signal
+
+        deadline = time.monotonic() + timeout
+        try:
+            while not self._caught_up() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not self._caught_up():
+                raise SystemExit("the benchmark's store writer did not catch up")
+        finally:
+            self.client.close()
+            self.process.send_signal(signal.SIGTERM)
+            _, status, usage = os.wait4(self.process.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"the benchmark's store writer failed ({status})")
+        return usage.ru_utime + usage.ru_stime
 
 
 def preload(
@@ -216,6 +290,16 @@ class CrawlCost:
         return self.stats["bench/cpu"] / self.pages * 1000
 
     @property
+    def cpu_total(self) -> float:
+        """CPU seconds of the crawler process from its start to its exit."""
+        return float(self.stats["bench/cpu_total"])
+
+    @property
+    def startup_cpu(self) -> float:
+        """CPU seconds of the crawler process from its start to its first request."""
+        return float(self.stats["bench/cpu_at_first_request"])
+
+    @property
     def close_s(self) -> float:
         """Seconds from the crawl's last response to the spider's close."""
         return float(self.stats["bench/last_response_to_close"])
@@ -228,11 +312,27 @@ class CrawlCost:
 
 
 def measured_crawl(site: Any, section: str, pages: int, spider: str, settings: dict[str, Any],
-                   workdir: Path, *args: str) -> CrawlCost:  # fmt: skip
-    """Crawl one section of the static site (benchmarks.static_site) and read its cost."""
+                   workdir: Path, *args: str, size: int | None = None) -> CrawlCost:  # fmt: skip
+    """Crawl one section of the static site (benchmarks.static_site) and read its cost;
+    *size*: its index of that many pages (one of the site's sizes)."""
     before = site.worker_cpu()
-    stats = run_crawl(site.section(section), spider, settings, workdir, *args)
+    stats = run_crawl(site.section(section, size), spider, settings, workdir, *args)
     return CrawlCost(pages, stats, site.worker_cpu() - before)
+
+
+def marginal_ms(small: CrawlCost, large: CrawlCost) -> float:
+    """CPU ms per page of the slope between two crawls of different sizes (whole
+    process, start to exit): what one more page costs, start-up and close apart."""
+    return (large.cpu_total - small.cpu_total) / (large.pages - small.pages) * 1000
+
+
+def writer_marginal_ms(small: CrawlCost, large: CrawlCost) -> float:
+    """The same slope for the ``scrapy retryqueue writer`` process of the two crawls."""
+    return (
+        (large.stats["bench/writer_cpu"] - small.stats["bench/writer_cpu"])
+        / (large.pages - small.pages)
+        * 1000
+    )
 
 
 @contextmanager
@@ -281,20 +381,22 @@ def side_by_side(
     pages: int,
     workdir: Path,
     client: redis.Redis | None = None,
+    size: int | None = None,
 ) -> list[CrawlCost]:
     """Crawl sections of the static site all at once, one crawler process per
     (section, settings): every crawl meets the same machine load, so the ratio of
     their CPU per page holds still on a shared machine where one crawl's CPU per
     page varies by a quarter from one minute to the next. (Their pages/s would
     not: the first to finish leaves the machine to the others.) Their keys are
-    deleted from *client*'s Redis afterwards."""
+    deleted from *client*'s Redis afterwards. *size*: crawl the sections' index
+    of that many pages (one of the site's sizes)."""
     results: list[CrawlCost | None] = [None] * len(runs)
     errors: list[BaseException] = []
 
     def crawl(n: int, section: str, settings: dict[str, Any]) -> None:
         try:
             spider = f"pair{n}{uuid.uuid4().hex[:6]}"
-            stats = run_crawl(site.section(section), spider, dict(settings), workdir)
+            stats = run_crawl(site.section(section, size), spider, dict(settings), workdir)
             results[n] = CrawlCost(pages, stats)
             if client is not None:
                 forget(client, spider)

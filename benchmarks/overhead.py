@@ -1,17 +1,22 @@
 """1. Overhead on a healthy crawl: the add-on against stock Scrapy, same settings.
 
-A crawl of 5,000 pages that all answer 200 at once, served by nginx (see
+Crawls of pages that all answer 200 at once, served by nginx (see
 benchmarks/static_site.py), so the crawler, not the site, is the bottleneck
 ("nginx ÷ crawler CPU"). Variants: stock Scrapy; ours as a project gets it
 (the store writer on, with its default SQLite database, its schema made once
-before the crawls as a project's is); ours with the store writer off.
+before the crawls as a project's is); ours with the store writer off. Each
+figure is given at two baselines (common.BASELINES): "lean" (32 concurrent
+requests, LOG_LEVEL WARNING, as a production crawl runs) and "suite" (64
+concurrent requests, the settings of earlier rounds).
 
-Pages/s (spider opening to last response) come from the variants crawling one
-after the other, the order alternating between rounds. CPU per page (user +
-system of the crawler process, every thread, from the spider's opening to the
-process's exit) comes from the variants crawling side by side in the same
-round, so that all meet the same machine load. Ratios are ours ÷ stock of the
-same round.
+Pages/s (spider opening to last response, a crawl of the larger size) come from
+the variants crawling one after the other, the order alternating between rounds.
+CPU comes from the variants crawling side by side, so that all meet the same
+machine load, at two sizes (SIZES): "CPU ms/page" is the larger crawl's CPU
+from the spider's opening to the process's exit, per page; "marginal ms/page"
+the slope of the whole process's CPU between the two sizes (what one more page
+costs); "start-up s" the CPU from the process's start to its first request, and
+"start-up +" ours minus stock's. Ratios are ours ÷ stock of the same round.
 """
 
 from __future__ import annotations
@@ -19,10 +24,21 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from .common import STOCK, CrawlCost, alternate, forget, measured_crawl, side_by_side
+from . import common
+from .common import (
+    BASELINES,
+    STOCK,
+    CrawlCost,
+    alternate,
+    forget,
+    marginal_ms,
+    measured_crawl,
+    side_by_side,
+)
 from .static_site import static_site
 
-PAGES = 5000
+#: The two crawl sizes of the slope; pages/s are the larger one's.
+SIZES = (1000, 4000)
 
 
 def prepare_store(url: str) -> None:
@@ -57,6 +73,22 @@ def ours_settings(redis_url: str, workdir: Path) -> dict[str, object]:
     }
 
 
+def growth_figures(
+    prefix: str, label: str, small: CrawlCost, large: CrawlCost, stock: tuple[CrawlCost, CrawlCost]
+) -> dict[str, float]:
+    """A variant's CPU figures (per page, marginal, start-up) and their ratios to stock's."""
+    figures = {
+        f"{prefix}{label} CPU ms/page": large.cpu_ms_per_page,
+        f"{prefix}{label} marginal ms/page": marginal_ms(small, large),
+        f"{prefix}{label} start-up s": large.startup_cpu,
+    }
+    if label != "stock":
+        figures[f"{prefix}{label} CPU ratio"] = large.cpu_ms_per_page / stock[1].cpu_ms_per_page
+        figures[f"{prefix}{label} marginal ratio"] = marginal_ms(small, large) / marginal_ms(*stock)
+        figures[f"{prefix}{label} start-up + s"] = large.startup_cpu - stock[1].startup_cpu
+    return figures
+
+
 def measure(redis_url: str, workdir: Path) -> dict[str, float]:
     import redis
 
@@ -65,35 +97,43 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
     variants = {
         "stock": dict(STOCK),
         "ours": store_on,
-        "ours, store off": {"RETRYQUEUE_REDIS_URL": redis_url},
+        "store off": {"RETRYQUEUE_REDIS_URL": redis_url},
     }
-    costs: dict[str, CrawlCost] = {}
-    with static_site(PAGES) as site:
-        for label in alternate(__name__, list(variants)):
-            spider = f"seq{uuid.uuid4().hex[:6]}"
-            costs[label] = measured_crawl(
-                site, "healthy", PAGES, spider, dict(variants[label]), workdir
-            )
-            forget(client, spider)
-        paired = side_by_side(
-            site, [("healthy", v) for v in variants.values()], PAGES, workdir, client
-        )
+    small, large = SIZES
+    figures: dict[str, float] = {}
+    with static_site(large, SIZES) as site:
+        for baseline in common.RUN_BASELINES:
+            prefix = f"{baseline}: "
+            base = BASELINES[baseline]
+            costs: dict[str, CrawlCost] = {}
+            for label in alternate(f"{__name__}.{baseline}", list(variants)):
+                spider = f"seq{uuid.uuid4().hex[:6]}"
+                costs[label] = measured_crawl(
+                    site, "healthy", large, spider, {**base, **variants[label]}, workdir,
+                    size=large,
+                )  # fmt: skip
+                forget(client, spider)
+            paired = {
+                size: dict(zip(variants, side_by_side(
+                    site, [("healthy", {**base, **v}) for v in variants.values()], size,
+                    workdir, client, size=size,
+                ), strict=True))
+                for size in SIZES
+            }  # fmt: skip
+            for cost in [*costs.values(), *paired[small].values(), *paired[large].values()]:
+                assert cost.stats["response_received_count"] == cost.pages + 1, cost.stats
+            stock = costs["stock"]
+            figures[f"{prefix}stock pages/s"] = stock.pages_per_s
+            for label in list(variants)[1:]:
+                figures[f"{prefix}{label} pages/s"] = costs[label].pages_per_s
+                figures[f"{prefix}{label} ratio"] = costs[label].pages_per_s / stock.pages_per_s
+            stock_pair = (paired[small]["stock"], paired[large]["stock"])
+            for label in variants:
+                figures.update(
+                    growth_figures(
+                        prefix, label, paired[small][label], paired[large][label], stock_pair
+                    )
+                )
+            figures[f"{prefix}nginx ÷ crawler CPU"] = stock.site_share
     client.close()
-    for cost in [*costs.values(), *paired]:
-        assert cost.stats["response_received_count"] == PAGES + 1, cost.stats
-    cpu = dict(zip(variants, paired, strict=True))
-    stock = costs["stock"]
-    figures = {
-        "stock pages/s": stock.pages_per_s,
-        "ours pages/s": costs["ours"].pages_per_s,
-        "stock CPU ms/page": cpu["stock"].cpu_ms_per_page,
-        "ours CPU ms/page": cpu["ours"].cpu_ms_per_page,
-        "nginx ÷ crawler CPU": stock.site_share,
-        "ratio": costs["ours"].pages_per_s / stock.pages_per_s,
-        "CPU ratio": cpu["ours"].cpu_ms_per_page / cpu["stock"].cpu_ms_per_page,
-        "store off: ratio": costs["ours, store off"].pages_per_s / stock.pages_per_s,
-        "store off: CPU ratio": (
-            cpu["ours, store off"].cpu_ms_per_page / cpu["stock"].cpu_ms_per_page
-        ),
-    }
     return figures

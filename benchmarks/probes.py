@@ -26,7 +26,8 @@ class StatsDump:
     """Writes the crawl's final stats to BENCH_STATS_FILE as JSON, with when the
     spider opened, the last response came, and the spider closed, and the CPU
     the process had used when the spider opened (the parent subtracts it from
-    the child's total resource usage: start-up and imports are not the crawl's)."""
+    the child's total resource usage: start-up and imports are not the crawl's)
+    and when its first request reached the downloader (the start-up cost)."""
 
     def __init__(self, crawler: Any) -> None:
         self.crawler = crawler
@@ -36,16 +37,42 @@ class StatsDump:
         self.opened = 0.0
         self.first_response = 0.0
         self.last_response = 0.0
+        #: CPU of the process (from its start) when its first request reached the
+        #: downloader: the crawl's start-up cost (imports, components, connections).
+        self.cpu_at_first_request = 0.0
+        #: CPU seconds the garbage collector took, per generation, since the spider opened.
+        self.gc_seconds: dict[str, float] = {}
+        self._gc_started = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> StatsDump:
         probe = cls(crawler)
         crawler.signals.connect(probe.opened_, signal=signals.spider_opened)
         crawler.signals.connect(probe.response, signal=signals.response_received)
+        crawler.signals.connect(probe.first_request, signal=signals.request_reached_downloader)
         crawler.signals.connect(probe.closed, signal=signals.spider_closed)
         return probe
 
+    def _gc_timer(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.process_time()
+        else:
+            key = f"bench/gc_s/gen{info['generation']}"
+            self.gc_seconds[key] = self.gc_seconds.get(key, 0.0) + (
+                time.process_time() - self._gc_started
+            )
+
+    def first_request(self, request: Any, spider: Any) -> None:
+        self.cpu_at_first_request = cpu_seconds()
+        # Once: the probe must not cost the crawl's other requests anything.
+        self.crawler.signals.disconnect(
+            self.first_request, signal=signals.request_reached_downloader
+        )
+
     def opened_(self, spider: Any) -> None:
+        import gc
+
+        gc.callbacks.append(self._gc_timer)
         self.cpu_at_open = cpu_seconds()
         self.threads_at_open = _thread_cpu()
         self.opened = time.monotonic()
@@ -65,6 +92,8 @@ class StatsDump:
         stats.update(_peak_rss())
         stats["bench/cpu_at_open"] = self.cpu_at_open
         stats["bench/cpu_at_close"] = cpu_seconds()
+        stats["bench/cpu_at_first_request"] = self.cpu_at_first_request
+        stats.update(self.gc_seconds)
         stats["bench/open_to_close"] = now - self.opened
         stats["bench/last_response_to_close"] = now - (self.last_response or now)
         stats["bench/open_to_first_response"] = (self.first_response or now) - self.opened

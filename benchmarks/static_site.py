@@ -17,6 +17,10 @@ Sections of the site, each with an index at ``/<section>/`` linking its pages
   ``X-Bench-Attempt`` (added by :class:`benchmarks.probes.AttemptHeader` from
   Scrapy's ``retry_times`` meta), so each page fails once and then succeeds,
   for stock Scrapy's RetryMiddleware and the retry queue alike.
+
+With *sizes*, each section also has an index of its first N pages at
+``/<section>-<N>/`` (``StaticSite.section(name, N)``): crawls of two sizes from
+one site, for the figures that grow with the crawl (the slope of CPU over pages).
 """
 
 from __future__ import annotations
@@ -85,9 +89,10 @@ class StaticSite:
     url: str
     pid: int
 
-    def section(self, name: str) -> str:
-        """The site URL of one section (the spider's ``site`` argument)."""
-        return f"{self.url}/{name}"
+    def section(self, name: str, pages: int | None = None) -> str:
+        """The site URL of one section (the spider's ``site`` argument); with *pages*,
+        of its index of the first *pages* pages (one of the site's *sizes*)."""
+        return f"{self.url}/{name}" if pages is None else f"{self.url}/{name}-{pages}"
 
     def worker_cpu(self) -> float:
         """CPU seconds (user + system) used so far by nginx's master and workers."""
@@ -120,28 +125,33 @@ def nginx_binary() -> str:
     )
 
 
-def generate(www: Path, pages: int) -> None:
-    """Write each section's index and (for the sections that serve them) its pages."""
+def generate(www: Path, pages: int, sizes: tuple[int, ...] = ()) -> None:
+    """Write each section's indexes and (for the sections that serve them) its pages."""
     for section in SECTIONS:
         folder = www / section
         (folder / "page").mkdir(parents=True, exist_ok=True)
-        links = "".join(f'<a href="/{section}/page/{n}">{n}</a>\n' for n in range(pages))
-        (folder / "index.html").write_text(f"<!doctype html><html><body>\n{links}</body></html>\n")
+        for size, index in [(pages, folder), *((n, www / f"{section}-{n}") for n in sizes)]:
+            index.mkdir(exist_ok=True)
+            links = "".join(f'<a href="/{section}/page/{n}">{n}</a>\n' for n in range(size))
+            (index / "index.html").write_text(
+                f"<!doctype html><html><body>\n{links}</body></html>\n"
+            )
         if section in ("healthy", "retry"):
             for n in range(pages):
                 (folder / "page" / str(n)).write_text(PAGE.format(n=n, filler=FILLER))
 
 
 @contextmanager
-def static_site(pages: int) -> Iterator[StaticSite]:
-    """nginx serving every section with *pages* pages each, on a free loopback port."""
+def static_site(pages: int, sizes: tuple[int, ...] = ()) -> Iterator[StaticSite]:
+    """nginx serving every section with *pages* pages each (and an index of the
+    first N pages for each N of *sizes*), on a free loopback port."""
     binary = nginx_binary()
     root = Path(tempfile.mkdtemp(prefix="retryqueue-bench-nginx-"))
     # nginx's workers drop root for an unprivileged user, who must read the files.
     root.chmod(0o755)
     try:
         (root / "tmp").mkdir()
-        generate(root / "www", pages)
+        generate(root / "www", max((pages, *sizes)), sizes)
         for _ in range(10):
             port = free_port()
             (root / "nginx.conf").write_text(CONFIG.format(root=root, port=port))

@@ -313,7 +313,7 @@ def request_to_json(
     left out; the middlewares set them again when the request comes back.
     """
     try:
-        d = request.to_dict(spider=spider)
+        d = _request_dict(request, spider)
     except ValueError as exc:
         # Request.to_dict: a callback or errback that is not a method of the spider.
         raise EnvelopeError(f"request callback/errback cannot be stored: {exc}") from None
@@ -352,6 +352,52 @@ def request_to_json(
     if "_class" in d:
         out["_class"] = d["_class"]
     return out
+
+
+_NOT_FOUND = object()
+
+
+def _spider_method(spider: Any, func: Any) -> Any:
+    """The name of *func* as a method of *spider*, when it is the bound method of
+    that name (a callback as a spider defines it); None when not a callable;
+    _NOT_FOUND when only Request.to_dict's full search can tell."""
+    if func is None or isinstance(func, str) or not callable(func):
+        return func
+    inner = getattr(func, "__func__", None)
+    name = getattr(inner, "__name__", None)
+    if spider is None or not isinstance(name, str):
+        return _NOT_FOUND
+    try:
+        found = getattr(spider, name, None)
+    except Exception:  # a property that raises: let the full search say
+        return _NOT_FOUND
+    return name if getattr(found, "__func__", None) is inner else _NOT_FOUND
+
+
+def _request_dict(request: Request, spider: Any) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, with the callback's and errback's names
+    found at once when they are the spider's methods of those names.
+
+    Request.to_dict finds each by ``inspect.getmembers(spider)``, which reads
+    every attribute of the spider (its ``logger`` property builds an adapter):
+    about 40 µs per request, two thirds of a dead letter's envelope. The dict
+    is built as to_dict builds it; any other callback goes to to_dict itself.
+    """
+    callback = _spider_method(spider, request.callback)
+    errback = _spider_method(spider, request.errback)
+    if callback is _NOT_FOUND or errback is _NOT_FOUND:
+        return request.to_dict(spider=spider)
+    d: dict[str, Any] = {
+        "url": request.url,
+        "callback": callback,
+        "errback": errback,
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        d.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        d["_class"] = request.__module__ + "." + request.__class__.__name__
+    return d
 
 
 def request_from_json(

@@ -8,9 +8,12 @@ in all; anything still unwritten then waits in Redis for the next crawl. A
 forced shutdown (the reactor stopping: a second Ctrl-C) ends those writes'
 waits at once: the reactor joins its pool threads before the process exits.
 
-The store's modules (SQLAlchemy, Alembic) are imported when the extension is
-built for a crawl that writes to the store, with the crawl's own start, not
-with this module: a crawl without the store never loads them.
+The service starts once the spider has something for the store (a dead letter,
+an event not written yet: :func:`~scrapy_retryqueue.store.redisops.has_work`,
+asked every RETRYQUEUE_STORE_INTERVAL), and only then are the store's modules
+(SQLAlchemy) imported and its schema checked: a healthy crawl never loads
+them, so its start and every garbage collection of its heap cost what they
+cost with the store off (docs/benchmarks.md, "overhead").
 """
 
 from __future__ import annotations
@@ -47,18 +50,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _load_store_modules() -> None:
-    """Import the store's modules (SQLAlchemy, Alembic: about 50,000 objects) now,
-    before the crawl starts, not in the writer thread once it runs.
-
-    Imported by the writer thread mid-crawl they cost a healthy crawl of 4,000
-    pages about 8 % more CPU per page than imported here (paired runs, the
-    crawls side by side): the import's own 0.3 s, and the reactor thread slowed
-    while the import held the GIL and made the collector walk the crawl's heap.
-    """
-    from .store import db, service, sync  # noqa: F401
-
-
 class RetryQueueStoreExtension:
     def __init__(self, crawler: Crawler, config: Config, store_config: StoreConfig) -> None:
         self.crawler = crawler
@@ -74,6 +65,10 @@ class RetryQueueStoreExtension:
         self._thread: threading.Thread | None = None
         #: The embedded server's directory while the writer holds it (embedded.hold).
         self._held_server: Path | None = None
+        #: Set when the spider closes: the wait for the store's first work ends.
+        self._stopping = threading.Event()
+        #: The service is made, and the thread stopped, one at a time.
+        self._service_lock = threading.Lock()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
@@ -96,7 +91,6 @@ class RetryQueueStoreExtension:
                 f"cannot be written: {problem}"
             )
         ext = cls(crawler, config, store_config)
-        _load_store_modules()
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
@@ -135,10 +129,47 @@ class RetryQueueStoreExtension:
     # -- lifecycle ---------------------------------------------------------------
 
     def spider_opened(self, spider: Spider) -> None:
-        service = self.make_service(spider.name)
+        self.spider_name = spider.name
         self._shutdown.arm()
-        self._thread = threading.Thread(target=service.run, name="retryqueue-store", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(spider.name,), name="retryqueue-store", daemon=True
+        )
         self._thread.start()
+
+    def _run(self, spider_name: str) -> None:
+        """The writer's thread: wait for the store's first work, then write as it comes."""
+        if not self._wait_for_work(spider_name):
+            return
+        with self._service_lock:
+            if self._stopping.is_set():
+                return  # the spider closed meanwhile: the close writes it
+            service = self.service or self.make_service(spider_name)
+        service.run()
+
+    def _wait_for_work(self, spider_name: str) -> bool:
+        """Until the spider has something for the store (True) or closes (False).
+
+        One or two reads of Redis per RETRYQUEUE_STORE_INTERVAL, and nothing of the
+        store's loaded. A Redis that does not answer is the service's to handle
+        (its outage line, its backoff): it starts then.
+        """
+        from .store.redisops import has_work
+
+        client = None
+        try:
+            while True:
+                try:
+                    if client is None:
+                        client = self._open_redis()
+                    if has_work(client, spider_name, project=self.config.namespace):
+                        return True
+                except Exception:
+                    return True
+                if self._stopping.wait(self.store_config.interval):
+                    return False
+        finally:
+            if client is not None:
+                client.close()
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         # The retry queue's last writes first: dead letters of the final
@@ -163,25 +194,51 @@ class RetryQueueStoreExtension:
         self._shutdown.disarm()
 
     def _force(self) -> None:
+        self._stopping.set()
         if self.service is not None:
             self.service.force()
 
     def _stop_thread(self) -> None:
-        if self.service is not None:
-            self.service.stop()
+        with self._service_lock:
+            self._stopping.set()
+            service = self.service
+        if service is not None:
+            service.stop()
         if self._thread is not None:
             self._thread.join()
+
+    def _service_for_close(self) -> WriterService | None:
+        """The service, made now if the crawl wrote nothing for the store until its
+        close and something is there (its last failures, its released leases)."""
+        if self.service is None and self.spider_name is not None:
+            from .store.redisops import has_work
+
+            client = None
+            try:
+                client = self._open_redis()
+                work = has_work(client, self.spider_name, project=self.config.namespace)
+            except Exception:
+                work = True
+            finally:
+                if client is not None:
+                    client.close()
+            if work:
+                self.make_service(self.spider_name)
+        return self.service
 
     # -- closing -------------------------------------------------------------------
 
     def _flush(self, deadline: float, *, final: bool) -> None:
         """Write what is left until *deadline* (``time.monotonic()``); after the
         final flush, say what is left and close."""
-        if self.service is None:
+        service = self._service_for_close()
+        if service is None:
+            if final:
+                self._close()
             return
         # A pool thread, not the reactor's: the close waits here on purpose,
         # retrying the database until the deadline; a forced shutdown cuts it short.
-        written = self.service.flush(deadline, closing=not final)
+        written = service.flush(deadline, closing=not final)
         if final:
             if written:
                 # Scrapy dumped the stats already: say it here.
@@ -193,8 +250,14 @@ class RetryQueueStoreExtension:
             self._close()
 
     def _close(self) -> None:
-        assert self.service is not None
-        left = sum(n or 0 for n in self.service.unwritten().values())
+        if self.service is not None:
+            self._close_service(self.service)
+        if self._held_server is not None:
+            directory, self._held_server = self._held_server, None
+            embedded.let_go(directory, keep=self.config.embedded_keep)
+
+    def _close_service(self, service: WriterService) -> None:
+        left = sum(n or 0 for n in service.unwritten().values())
         if left:
             self.stats.inc_value("retryqueue/left/unstored", left)
             logger.warning(
@@ -203,7 +266,4 @@ class RetryQueueStoreExtension:
                 left,
                 self.spider_name,
             )
-        self.service.close()
-        if self._held_server is not None:
-            directory, self._held_server = self._held_server, None
-            embedded.let_go(directory, keep=self.config.embedded_keep)
+        service.close()

@@ -417,6 +417,32 @@ def test_method_of_another_instance_of_the_spider_class_is_stored_by_name(spider
     assert request_from_json(data, spider).callback == spider.parse
 
 
+class AliasSpider(QuotesSpider):
+    name = "alias"
+    # The same function under a second name: either name calls it.
+    also_parse = QuotesSpider.parse
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("https://example.com/a"),
+        Request("https://example.com/b", callback=AliasSpider().parse_detail),
+        Request("https://example.com/c", callback=AliasSpider().also_parse),
+        FormRequest("https://example.com/d", formdata={"q": "1"}, errback=AliasSpider().on_error),
+        Request("https://example.com/e", cb_kwargs={"page": 2}, priority=3, dont_filter=True),
+    ],
+    ids=["no-callback", "method", "alias", "form-errback", "attributes"],
+)
+def test_a_request_is_stored_as_request_to_dict_says(request_):
+    # The callback's name is found at once rather than by Request.to_dict's search
+    # of every spider attribute: what is stored must not change.
+    spider = AliasSpider()
+    data = request_to_json(request_, spider)
+    rebuilt = request_from_json(data, spider)
+    assert rebuilt.to_dict(spider=spider) == request_.to_dict(spider=spider) | {"dont_filter": True}
+
+
 def test_check_json_path_in_message():
     with pytest.raises(EnvelopeError, match=r"^root\['a'\]\[2\] is a builtins.complex"):
         check_json({"a": [1, 2, 3j]}, "root")

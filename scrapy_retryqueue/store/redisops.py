@@ -36,6 +36,30 @@ def spiders_with_streams(client: redis.Redis | Any, project: str = "") -> set[st
     return found
 
 
+def has_work(
+    client: redis.Redis | Any, spider: str, *, project: str = "", group: str = STORE_CONSUMER_GROUP
+) -> bool:
+    """Whether *spider* has anything for the store: a dead letter in Redis, or events
+    its consumer group has not written (read and unacknowledged, or not read yet).
+
+    Read-only, two round trips at most, and no SQL: a crawl's writer asks this
+    until the answer is yes before it loads the store (a healthy crawl never
+    does). When Redis cannot tell (a lag it lost count of), the answer is yes.
+    """
+    keys = keys_for(spider, project)
+    if client.zcard(keys.dead):
+        return True
+    try:
+        groups = client.xinfo_groups(keys.events)
+    except redis.ResponseError:
+        return False  # no events stream: nothing was ever written
+    for info in groups:
+        if as_text(info.get("name", info.get(b"name", b""))) == group:
+            lag = info.get("lag")
+            return bool(info.get("pending")) or lag is None or int(lag) > 0
+    return bool(client.xlen(keys.events))  # a stream no writer has read yet
+
+
 def load_script(name: str) -> str:
     """The source of ``store/lua/<name>.lua`` (the store's own scripts)."""
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
