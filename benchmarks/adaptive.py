@@ -73,7 +73,7 @@ from scrapy_retryqueue.policy import Policy, PolicyTable
 from scrapy_retryqueue.queue import RedisDelayedQueue, RetryBudget, Write
 from scrapy_retryqueue.recovery import Record, RecoveryStats, empty_record, observation
 
-from .common import ROOT, flaky_site
+from .common import ROOT, flaky_site, run_threads
 
 KIND = "server_error"
 MEDIANS = (2.0, 10.0, 40.0, 150.0, 600.0)
@@ -497,13 +497,9 @@ def crawl(redis_url: str, workdir: Path) -> dict[str, Outcome]:
         except BaseException as exc:  # said by the caller, not lost in a thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(i, name)) for i, name in enumerate(STRATEGIES)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    run_threads(
+        [threading.Thread(target=run, args=(i, name)) for i, name in enumerate(STRATEGIES)], errors
+    )
     return results
 
 

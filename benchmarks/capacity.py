@@ -47,7 +47,7 @@ from scrapy_retryqueue.queue import RedisDelayedQueue, Write
 from scrapy_retryqueue.store.redisops import EventStream
 from scrapy_retryqueue.store.writer import ENVELOPE_FROM_DEAD, ENVELOPE_FROM_TASKS, parse_entries
 
-from .common import own_redis
+from .common import own_redis, run_threads
 
 T0 = 1_700_000_000_000
 LEASE = 10**9
@@ -226,14 +226,8 @@ def run_paced(nodes: list[Node], jobs: list[list[Callable[[], int]]], rate: floa
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(j,)) for j in jobs]
     started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    run_threads([threading.Thread(target=work, args=(j,)) for j in jobs], errors)
     return time.monotonic() - started
 
 

@@ -403,14 +403,22 @@ def side_by_side(
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [
-        threading.Thread(target=crawl, args=(n, section, settings))
-        for n, (section, settings) in enumerate(runs)
-    ]
+    run_threads(
+        [
+            threading.Thread(target=crawl, args=(n, section, settings))
+            for n, (section, settings) in enumerate(runs)
+        ],
+        errors,
+    )
+    return [r for r in results if r is not None]
+
+
+def run_threads(threads: list[threading.Thread], errors: list[BaseException]) -> None:
+    """Start *threads*, wait for them all, then raise the first error they put in
+    *errors* (a thread's exception would otherwise only be printed)."""
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     if errors:
         raise errors[0]
-    return [r for r in results if r is not None]

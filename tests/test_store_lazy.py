@@ -21,6 +21,20 @@ class LazySpider(scrapy.Spider):
     name = "lazy"
 
 
+def _store_of(redis_url: str, tmp_path: Path, **settings: Any) -> tuple[Any, Any]:
+    """A crawler whose store is a SQLite file in *tmp_path*, and its store extension."""
+    crawler = get_crawler(
+        LazySpider,
+        {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            **settings,
+        },
+    )
+    return crawler, RetryQueueStoreExtension.from_crawler(crawler)
+
+
 def test_has_work_sees_unwritten_events_and_dead_letters_only(
     redis_client: Any, spider_name: str, make_task: Any
 ) -> None:
@@ -42,16 +56,7 @@ def test_has_work_sees_unwritten_events_and_dead_letters_only(
 def test_the_writer_starts_with_the_first_event_of_its_spider(
     redis_client: Any, redis_url: str, spider_name: str, make_task: Any, tmp_path: Path
 ) -> None:
-    crawler = get_crawler(
-        LazySpider,
-        {
-            "RETRYQUEUE_REDIS_URL": redis_url,
-            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
-            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
-            "RETRYQUEUE_STORE_INTERVAL": 0.05,
-        },
-    )
-    ext = RetryQueueStoreExtension.from_crawler(crawler)
+    crawler, ext = _store_of(redis_url, tmp_path, RETRYQUEUE_STORE_INTERVAL=0.05)
     ext.spider_opened(LazySpider(name=spider_name))
     try:
         time.sleep(0.3)  # several checks: none finds anything
@@ -71,15 +76,7 @@ def test_the_writer_starts_with_the_first_event_of_its_spider(
 def test_a_crawl_with_nothing_for_the_store_closes_without_it(
     redis_url: str, spider_name: str, tmp_path: Path
 ) -> None:
-    crawler = get_crawler(
-        LazySpider,
-        {
-            "RETRYQUEUE_REDIS_URL": redis_url,
-            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
-            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
-        },
-    )
-    ext = RetryQueueStoreExtension.from_crawler(crawler)
+    _, ext = _store_of(redis_url, tmp_path)
     ext.spider_opened(LazySpider(name=spider_name))
     ext._stop_thread()
     ext._flush(time.monotonic() + 5, final=False)
