@@ -127,6 +127,22 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _checked_spiders(spiders: Sequence[str]) -> list[str]:
+    """*spiders* as a filter names them, each checked: at most MAX_OVERVIEW_SPIDERS, and
+    a name no queue can have is said (a 400), not a server error."""
+    if len(spiders) > MAX_OVERVIEW_SPIDERS:
+        raise DashboardError(
+            f"spider names {len(spiders)} spiders; at most {MAX_OVERVIEW_SPIDERS} at once"
+        )
+    try:
+        checked = [check_text("spider", name.strip()) for name in spiders]
+        for name in checked:
+            keys_for(name)
+    except (FilterError, SpiderNameError) as exc:
+        raise DashboardError(str(exc)) from None
+    return checked
+
+
 def _ms_iso(ms: int | None) -> str | None:
     """An ISO time from ms since the epoch; None for None or a time no date can hold."""
     if ms is None:
@@ -269,16 +285,7 @@ class Backend:
         """Totals, breakdowns and the chart, of every spider or of *spiders*."""
         if window not in WINDOWS:
             raise DashboardError(f"window must be one of {', '.join(WINDOWS)}, got {shown(window)}")
-        if len(spiders) > MAX_OVERVIEW_SPIDERS:
-            raise DashboardError(
-                f"spider names {len(spiders)} spiders; at most {MAX_OVERVIEW_SPIDERS} at once"
-            )
-        try:
-            spiders = [check_text("spider", name.strip()) for name in spiders]
-            for name in spiders:
-                keys_for(name)  # a name no queue can have: said, not a server error
-        except (FilterError, SpiderNameError) as exc:
-            raise DashboardError(str(exc)) from None
+        spiders = _checked_spiders(spiders)
         status = collect(self.redis, self.store, spiders, top=10, project=self.project)
         client, db, notes = status.client, status.history, status.notes
         failures_today = None
@@ -448,16 +455,10 @@ class Backend:
         domain's retry budget now (status.retry_budget_state; ``budget`` is None when
         it is off); *kinds* and *domains* (a domain matches its subdomains too) keep
         only some of them (the budget is per domain: *kinds* leave it whole)."""
-        if len(spiders) > MAX_OVERVIEW_SPIDERS:
-            raise DashboardError(
-                f"spider names {len(spiders)} spiders; at most {MAX_OVERVIEW_SPIDERS} at once"
-            )
+        spiders = _checked_spiders(spiders)
         try:
-            spiders = [check_text("spider", name.strip()) for name in spiders]
-            for name in spiders:
-                keys_for(name)
             domains = [check_text("domain", d.strip().lower()) for d in domains if d.strip()]
-        except (FilterError, SpiderNameError) as exc:
+        except FilterError as exc:
             raise DashboardError(str(exc)) from None
         unknown = [kind for kind in kinds if kind not in self.known_kinds]
         if unknown:
