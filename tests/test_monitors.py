@@ -4,10 +4,9 @@ passes it; and each monitor's threshold on the stats it reads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,50 +18,28 @@ from spidermon.contrib.scrapy.runners import SpiderMonitorRunner
 from scrapy_retryqueue.monitors import RetryQueueMonitorSuite
 
 from .crawling import crawl
+from .sitecrawl import Answer, Site, serving
 
 PAGES = 12
 
 
-class Site:
+def _answer(banned: int) -> Answer:
     """An index of PAGES pages; the first *banned* of them answer 403."""
 
-    def __init__(self, banned: int) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, body = 200, f'<h1 class="title">{self.path}</h1>'
-                if self.path == "/":
-                    body = "".join(f'<a href="/page/{i}">{i}</a>' for i in range(PAGES))
-                elif self.path.startswith("/page/") and int(self.path[6:]) < banned:
-                    status, body = 403, "banned"
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def answer(path: str, query: dict[str, list[str]], times: list[float]) -> tuple[int, bytes]:
+        if path == "/":
+            return 200, "".join(f'<a href="/page/{i}">{i}</a>' for i in range(PAGES)).encode()
+        if path.startswith("/page/") and int(path[6:]) < banned:
+            return 403, b"banned"
+        return 200, f'<h1 class="title">{path}</h1>'.encode()
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    return answer
 
 
 @pytest.fixture
 def serve() -> Iterator[Any]:
-    sites: list[tuple[Site, threading.Thread]] = []
-
-    def start(banned: int) -> Site:
-        site = Site(banned)
-        thread = threading.Thread(target=site.server.serve_forever, daemon=True)
-        thread.start()
-        sites.append((site, thread))
-        return site
-
-    yield start
-    for site, thread in sites:
-        site.server.shutdown()
-        site.server.server_close()
-        thread.join(10)
+    with contextlib.ExitStack() as sites:
+        yield lambda banned: sites.enter_context(serving(Site(_answer(banned))))
 
 
 def _settings(tmp_path: Path, redis_url: str) -> dict[str, Any]:
