@@ -23,6 +23,7 @@ import redis
 from sqlalchemy import select
 
 import scrapy_retryqueue.store.sync as sync_module
+import scrapy_retryqueue.store.writer as writer_module
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
@@ -349,6 +350,43 @@ def test_a_task_that_dies_again_keeps_its_first_death_in_history(
     assert [h["kind"] for h in row["history"]] == ["not_found"]
     assert row["history"][0]["status"] == "dead"
     assert queue.client.zcard(queue.keys.dead) == 0
+
+
+@pytest.mark.parametrize("rows_per_statement", [None, 2])
+def test_the_drivers_own_upsert_stores_what_sqlalchemys_executemany_stores(
+    store: Store,
+    queue: RedisDelayedQueue,
+    make_task: MakeTask,
+    make_sync: Callable[..., EventSync],
+    monkeypatch: pytest.MonkeyPatch,
+    rows_per_statement: int | None,
+) -> None:
+    """The upsert through psycopg2 / sqlite3 (many rows per statement) and through
+    SQLAlchemy's executemany leave the same rows, deaths that lived again included."""
+    if rows_per_statement is not None:
+        if store.dialect != "sqlite":
+            pytest.skip("statements of a few rows each: SQLite's parameter limit")
+        monkeypatch.setattr(writer_module, "_SQLITE_MAX_PARAMS", 27 * rows_per_statement + 12)
+    lifecycle(queue, make_task)
+    queue.deadletter(make_task("e", kind="not_found", dead_kind="not_found"), None, now=T0)
+    queue.schedule(make_task("e", kind="timeout", due=T0 + 10), now=T0 + 10)
+    entries = queue.client.xrange(queue.keys.events)
+
+    def written(spider: str, fast: bool) -> dict[str, dict[str, Any]]:
+        if not fast:
+            monkeypatch.setattr(writer_module, "_FAST_UPSERTS", {})
+        sync = make_sync()
+        sync.spider = spider
+        batch = sync.build(parse_entries(spider, entries))
+        with store.begin() as conn:
+            applied = writer_module.apply_batch(conn, batch)
+        assert len(applied) == batch.rows == 6  # e: its death, then its new life
+        return {k: {**r, "id": None, "spider": None} for k, r in rows(store, spider).items()}
+
+    fast = written("fast-path", True)
+    assert fast == written("sqlalchemy", False)
+    assert fast["e"]["status"] == "waiting"
+    assert [h["kind"] for h in fast["e"]["history"]] == ["not_found"]
 
 
 def test_a_dead_letter_is_removed_from_redis_only_for_the_death_that_was_stored(

@@ -444,13 +444,14 @@ def apply_batch(conn: Connection, batch: Batch) -> set[tuple[str, str, int, int]
     applied: set[tuple[str, str, int, int]] = set()
     if not batch.generations:
         return applied
-    fast = conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg2"
+    driver = (conn.dialect.name, conn.dialect.driver)
+    fast = _FAST_UPSERTS.get(driver)
     stmt = None if fast else upsert_statement(conn.dialect.name)
     for rows in batch.generations:
         if not rows:
             continue
         if fast:
-            result: Iterable[Any] = _upsert_psycopg2(conn, rows)
+            result: Iterable[Any] = fast(conn, rows)
         else:
             result = conn.execute(stmt, rows)
         for spider, task_id, _status, ms, seq in result:
@@ -507,6 +508,87 @@ def _upsert_psycopg2(conn: Connection, rows: list[dict[str, Any]]) -> list[tuple
         ) from exc
     finally:
         cursor.close()
+
+
+_SQLITE_UPSERT: tuple[str, str, str, list[str], list[Any], list[Any]] | None = None
+
+
+def _sqlite_upsert_sql(conn: Connection) -> tuple[str, str, str, list[str], list[Any], list[Any]]:
+    """The upsert as SQL for sqlite3: (head, one row's ``(?, ...)``, tail, its
+    columns, their bind processors, the statement's constants).
+
+    Compiled from :func:`upsert_statement` (one source of truth) with SQLAlchemy's
+    own bind processors, so the stored values are the ones its executemany
+    stores; one statement carries many rows' VALUES. SQLAlchemy builds and
+    processes each row's parameters in Python, which cost about as much as the
+    database's own work on a batch of dead letters.
+    """
+    global _SQLITE_UPSERT
+    if _SQLITE_UPSERT is None:
+        dialect = sqlite.dialect(paramstyle="qmark")
+        compiled = upsert_statement("sqlite").compile(dialect=dialect, column_keys=list(COLUMNS))
+        match = re.search(
+            rf"INSERT INTO {write_table.name} \((.*?)\) VALUES (\(.*?\)) ON CONFLICT",
+            compiled.string,
+            re.S,
+        )
+        if match is None:  # pragma: no cover - a SQLAlchemy that renders differently
+            raise RuntimeError("cannot prepare the store's upsert for sqlite3")
+        columns = [c.strip() for c in match.group(1).split(",")]
+        positions = compiled.positiontup or []
+        if positions[: len(columns)] != columns:  # pragma: no cover - as above
+            raise RuntimeError("cannot prepare the store's upsert for sqlite3")
+        processors = [
+            write_table.c[name].type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+            for name in columns
+        ]
+        constants = [compiled.params[name] for name in positions[len(columns) :]]
+        head = compiled.string[: match.start(2)]
+        tail = compiled.string[match.end(2) :]
+        _SQLITE_UPSERT = (head, match.group(2), tail, columns, processors, constants)
+    return _SQLITE_UPSERT
+
+
+#: Rows per statement: SQLite before 3.32 takes at most 999 parameters in one.
+_SQLITE_MAX_PARAMS = 32_766
+
+
+def _upsert_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    import sqlite3
+
+    head, group, tail, columns, processors, constants = _sqlite_upsert_sql(conn)
+    limit = _SQLITE_MAX_PARAMS if sqlite3.sqlite_version_info >= (3, 32) else 999
+    per = max(1, (limit - len(constants)) // len(columns))
+    pairs = list(zip(columns, processors, strict=True))
+    out: list[tuple[Any, ...]] = []
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        for start in range(0, len(rows), per):
+            chunk = rows[start : start + per]
+            params = [
+                value if value is None or process is None else process(value)
+                for row in chunk
+                for name, process in pairs
+                for value in (row[name],)
+            ]
+            params.extend(constants)
+            cursor.execute(head + ", ".join([group] * len(chunk)) + tail, params)
+            out.extend(cursor.fetchall())
+    except sqlite3.Error as exc:
+        # As SQLAlchemy reports driver errors (OperationalError, IntegrityError, ...).
+        raise DBAPIError.instance(
+            "INSERT INTO retryqueue_tasks ... ON CONFLICT", None, exc, sqlite3.Error
+        ) from exc
+    finally:
+        cursor.close()
+    return out
+
+
+#: (dialect, driver) → the upsert written through the driver itself.
+_FAST_UPSERTS = {
+    ("postgresql", "psycopg2"): lambda conn, rows: _upsert_psycopg2(conn, rows),
+    ("sqlite", "pysqlite"): lambda conn, rows: _upsert_sqlite(conn, rows),
+}
 
 
 def stored_deaths(
