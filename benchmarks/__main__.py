@@ -84,9 +84,31 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             for baseline in BASELINES
             for status in deadletters.SECTIONS
             for store, figures in (
-                ("sqlite", (("pages/s ratio", ">= 0.9"), ("CPU ratio", "<= 1.15"))),
-                ("store off", (("pages/s ratio", ">= 0.9"), ("CPU ratio", "<= 1.15"))),
-                ("writer proc", (("pages/s ratio", ">= 0.9"), ("CPU ratio", "<= 1.05"))),
+                # The CPU per page, held also where the fixed cost is left out.
+                (
+                    "sqlite",
+                    (
+                        ("pages/s ratio", ">= 0.9"),
+                        ("CPU ratio", "<= 1.15"),
+                        ("marginal ratio", "<= 1.15"),
+                    ),
+                ),
+                (
+                    "store off",
+                    (
+                        ("pages/s ratio", ">= 0.9"),
+                        ("CPU ratio", "<= 1.15"),
+                        ("marginal ratio", "<= 1.15"),
+                    ),
+                ),
+                (
+                    "writer proc",
+                    (
+                        ("pages/s ratio", ">= 0.9"),
+                        ("CPU ratio", "<= 1.05"),
+                        ("marginal ratio", "<= 1.05"),
+                    ),
+                ),
             )
             for figure, check in (_bound(f, t) for f, t in figures)
         },
@@ -99,6 +121,7 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             for baseline in BASELINES
             for name, check in (
                 ("ours ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
+                ("ours ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
                 ("ours retry ÷ healthy page", (lambda v: v <= 1.5, "<= 1.5")),
             )
         },

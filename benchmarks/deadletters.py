@@ -21,8 +21,10 @@ from the variants crawling side by side (the same machine load for all), at
 two sizes (SIZES): "CPU ms/page" covers the larger crawl from the spider's
 opening to its exit, so the store's last writes are in it; "marginal ms/page"
 is the slope of the whole process's CPU between the sizes; "start-up + s" the
-CPU from the process's start to its first request, ours minus stock's. Ratios
-are ours ÷ stock of the same round.
+CPU from the process's start to its first request, ours minus stock's; "fixed
++ s" what ours costs once per crawl more than stock (the whole process's CPU
+less its pages' marginal cost: its start, the store's load with the first dead
+letter, its close). Ratios are ours ÷ stock of the same round.
 """
 
 from __future__ import annotations

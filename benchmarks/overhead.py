@@ -16,7 +16,10 @@ machine load, at two sizes (SIZES): "CPU ms/page" is the larger crawl's CPU
 from the spider's opening to the process's exit, per page; "marginal ms/page"
 the slope of the whole process's CPU between the two sizes (what one more page
 costs); "start-up s" the CPU from the process's start to its first request, and
-"start-up +" ours minus stock's. Ratios are ours ÷ stock of the same round.
+"start-up +" ours minus stock's; "fixed +" what ours costs once per crawl
+more than stock (the whole process's CPU less its pages' marginal cost: its
+start, what loads once mid-crawl, its close). Ratios are ours ÷ stock of the
+same round.
 """
 
 from __future__ import annotations
@@ -86,7 +89,16 @@ def growth_figures(
         figures[f"{prefix}{label} CPU ratio"] = large.cpu_ms_per_page / stock[1].cpu_ms_per_page
         figures[f"{prefix}{label} marginal ratio"] = marginal_ms(small, large) / marginal_ms(*stock)
         figures[f"{prefix}{label} start-up + s"] = large.startup_cpu - stock[1].startup_cpu
+        figures[f"{prefix}{label} fixed + s"] = fixed_cpu(small, large) - fixed_cpu(*stock)
     return figures
+
+
+def fixed_cpu(small: CrawlCost, large: CrawlCost) -> float:
+    """CPU seconds a crawl of no pages would cost on the slope between two sizes:
+    the process's start, what loads once mid-crawl (the store, at its first dead
+    letter), and its close; what is left of the whole process's CPU after the
+    marginal cost of its pages."""
+    return large.cpu_total - marginal_ms(small, large) / 1000 * large.pages
 
 
 def measure(redis_url: str, workdir: Path) -> dict[str, float]:
