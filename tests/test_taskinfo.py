@@ -55,3 +55,5 @@ def test_the_value_is_created_host_and_url() -> None:
     assert taskinfo_value(-1, "shop.test", "u") == " shop.test u"
     assert taskinfo_value(0, "", "") == "0  "
     assert taskinfo_value(5, "a b", "u") == "5  u"
+    assert taskinfo_value(5, "a\u3000b", "u") == "5  u"  # whitespace beyond ASCII too
+    assert taskinfo_value(5, "a\u200bb", "u") == "5 a\u200bb u"  # a zero-width space is none
