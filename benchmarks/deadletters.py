@@ -24,7 +24,9 @@ is the slope of the whole process's CPU between the sizes; "start-up + s" the
 CPU from the process's start to its first request, ours minus stock's; "fixed
 + s" what ours costs once per crawl more than stock (the whole process's CPU
 less its pages' marginal cost: its start, the store's load with the first dead
-letter, its close). Ratios are ours ÷ stock of the same round.
+letter, its close); "GC ms/page" the garbage collector's CPU per page of the
+larger crawl, "GC +" ours minus stock's. Ratios are ours ÷ stock of the same
+round.
 """
 
 from __future__ import annotations

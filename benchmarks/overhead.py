@@ -18,8 +18,9 @@ the slope of the whole process's CPU between the two sizes (what one more page
 costs); "start-up s" the CPU from the process's start to its first request, and
 "start-up +" ours minus stock's; "fixed +" what ours costs once per crawl
 more than stock (the whole process's CPU less its pages' marginal cost: its
-start, what loads once mid-crawl, its close). Ratios are ours ÷ stock of the
-same round.
+start, what loads once mid-crawl, its close); "GC ms/page" the garbage
+collector's CPU per page of the larger crawl, "GC +" ours minus stock's. Ratios
+are ours ÷ stock of the same round.
 """
 
 from __future__ import annotations
@@ -84,13 +85,23 @@ def growth_figures(
         f"{prefix}{label} CPU ms/page": large.cpu_ms_per_page,
         f"{prefix}{label} marginal ms/page": marginal_ms(small, large),
         f"{prefix}{label} start-up s": large.startup_cpu,
+        f"{prefix}{label} GC ms/page": gc_ms_per_page(large),
     }
     if label != "stock":
         figures[f"{prefix}{label} CPU ratio"] = large.cpu_ms_per_page / stock[1].cpu_ms_per_page
         figures[f"{prefix}{label} marginal ratio"] = marginal_ms(small, large) / marginal_ms(*stock)
         figures[f"{prefix}{label} start-up + s"] = large.startup_cpu - stock[1].startup_cpu
         figures[f"{prefix}{label} fixed + s"] = fixed_cpu(small, large) - fixed_cpu(*stock)
+        figures[f"{prefix}{label} GC + ms/page"] = gc_ms_per_page(large) - gc_ms_per_page(stock[1])
     return figures
+
+
+def gc_ms_per_page(cost: CrawlCost) -> float:
+    """The garbage collector's CPU per page (benchmarks.probes.StatsDump times every
+    collection): a quarter of a crawl's CPU here, and what a heap grown by the
+    add-on's imports costs on every full collection."""
+    total = sum(v for k, v in cost.stats.items() if k.startswith("bench/gc_s/"))
+    return total / cost.pages * 1000
 
 
 def fixed_cpu(small: CrawlCost, large: CrawlCost) -> float:

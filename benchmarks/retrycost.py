@@ -13,9 +13,11 @@ page" is the retry crawl's CPU from the spider's opening to its exit per page
 finally fetched, "marginal" the slope of the whole process's CPU between the
 two sizes, "fixed +" what ours costs once per crawl more than stock (the whole
 process's CPU less its pages' marginal cost: its start, the store's load with
-the first failure, its close); "ours ÷ stock" compares the two retry crawls. "CPU ms/retried
-request" is the retry crawl's CPU per page minus the healthy crawl's: it holds
-the failed download too, which costs less than a healthy page (no parsing, no item).
+the first failure, its close), "GC ms/final page" the garbage collector's
+part of the retry crawl's CPU; "ours ÷ stock" compares the two retry crawls.
+"CPU ms/retried request" is the retry crawl's CPU per page minus the healthy
+crawl's: it holds the failed download too, which costs less than a healthy page
+(no parsing, no item).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from . import common
 from .common import BASELINES, STOCK, marginal_ms, side_by_side
-from .overhead import fixed_cpu, ours_settings
+from .overhead import fixed_cpu, gc_ms_per_page, ours_settings
 from .static_site import static_site
 
 SIZES = (500, 2000)
@@ -73,6 +75,9 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                 figures[f"{prefix}{variant} CPU ms/final page"] = retry
                 figures[f"{prefix}{variant} marginal ms/final page"] = marginal_ms(
                     paired[small][(variant, "retry")], big[(variant, "retry")]
+                )
+                figures[f"{prefix}{variant} GC ms/final page"] = gc_ms_per_page(
+                    big[(variant, "retry")]
                 )
                 figures[f"{prefix}{variant} CPU ms/retried request"] = retry - healthy
                 figures[f"{prefix}{variant} retry ÷ healthy page"] = (retry - healthy) / healthy
