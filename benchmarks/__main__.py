@@ -35,6 +35,7 @@ from . import (
     defaults,
     faults,
     frontier,
+    heap,
     latency,
     memory,
     overhead,
@@ -163,6 +164,7 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
         },
     ),
     "hiredis": (parsers, 5, {}),
+    "heap": (heap, 5, {}),
     "adaptive": (
         adaptive,
         # The real crawl's rounds differ (real time, a shared machine); the

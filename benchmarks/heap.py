@@ -1,0 +1,65 @@
+"""13. The heap every full garbage collection walks: a crawler's modules, and what the store adds.
+
+A fresh interpreter imports what a crawl with the add-on imports (Scrapy's
+crawler, Twisted's asyncio reactor, the add-on's extension, middlewares and
+store extension), then the modules a crawl's store writer loads with its
+first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core, its
+PostgreSQL dialect, the store's own modules). After each step it counts the
+objects the collector tracks and times a full collection (``gc.collect()``,
+the best of 7, this thread's CPU). A crawl makes a full collection about every
+tenth second-generation one (here, one per hundred pages or so of a 404
+crawl), so "store ms per full collection" is paid again and again while the
+crawl runs: a cost per page, not a fixed one. Ratios are after ÷ before.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import ROOT
+
+PROBE = """
+import gc, json, time
+def full():
+    gc.collect()
+    best = None
+    for _ in range(7):
+        started = time.thread_time()
+        gc.collect()
+        took = time.thread_time() - started
+        best = took if best is None else min(best, took)
+    return len(gc.get_objects()), best * 1000
+import scrapy.crawler, twisted.internet.asyncioreactor
+import scrapy_retryqueue.extension, scrapy_retryqueue.middleware, scrapy_retryqueue.storeext
+crawl = full()
+import sqlalchemy
+core = full()
+import scrapy_retryqueue.store.service
+store = full()
+print(json.dumps({"crawl": crawl, "core": core, "store": store}))
+"""
+
+
+def measure(redis_url: str, workdir: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    steps = json.loads(out.strip().splitlines()[-1])
+    (crawl_objects, crawl_ms), (core_objects, _), (store_objects, store_ms) = (
+        steps["crawl"],
+        steps["core"],
+        steps["store"],
+    )
+    return {
+        "crawl modules: tracked objects": crawl_objects,
+        "crawl modules: full collection ms": crawl_ms,
+        "+ store: tracked objects": store_objects - crawl_objects,
+        "+ store: of them SQLAlchemy's core": core_objects - crawl_objects,
+        "+ store: full collection ms": store_ms,
+        "store ms per full collection": store_ms - crawl_ms,
+        "store ratio": store_ms / crawl_ms,
+        "µs per tracked object": store_ms * 1000 / store_objects,
+    }
