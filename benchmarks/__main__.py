@@ -205,94 +205,75 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
 
 READING = """## Reading the figures
 
-- **Where the work is.** nginx serves the overhead, dead-letter and retry pages with about
-  1 % of the crawler's CPU ("nginx ÷ crawler CPU"): the crawler is the bottleneck. Stock
-  Scrapy spends 3.1 to 4.5 ms of CPU per page on this machine at either baseline (a page
-  parsed into an item; a 404 or a 403 dropped by HttpErrorMiddleware costs about the same),
-  about a quarter of it in the garbage collector (a 3,000-page 404 crawl: 3.9 s of
-  collections in 10 s of CPU, 2.75 s of them full ones). "CPU ms/page" is the crawler
-  child's user + system time from its resource usage at exit, less what it had used when
-  the spider opened; "marginal" is the slope of its whole CPU between two crawl sizes
-  (what one more page costs, start-up and close apart); "start-up s" is its CPU from the
-  process's start to its first request, and "start-up +" ours minus stock's.
-- **Baselines.** "lean" is the set-up a production crawl runs with (LOG_LEVEL WARNING, 32
-  concurrent requests); "suite" the settings of the earlier rounds (64). Both log at
-  WARNING, so they differ by the concurrency only: stock's CPU per page is within a few
-  per cent at the two (3.5 and 3.6 ms lean and suite, in this run). The issue's 1.85 to
-  2.0 ms of stock CPU per page at the lean baseline was not reproduced on this machine,
-  which ran other helpers' tests and benchmarks throughout (load 4 to 8 on its 2 cores):
-  its absolute figures are higher, and only ratios within one round count.
-- **overhead.** Lean baseline: every CPU target met. With the store writer on, as a
-  project gets it, a healthy crawl costs 1.01 of stock's CPU per page (0.96 to 1.01), 1.00
-  of its marginal CPU per page (0.95 to 1.00), and 0.20 s more CPU at start (0.17 to 0.22;
-  target 0.3); with the store off, 1.01, 1.01 and 0.19 s. The writer in a crawl now starts
-  only once its spider has something for the store (a dead letter, an event not written:
-  one or two Redis reads per `RETRYQUEUE_STORE_INTERVAL`), so a healthy crawl never imports
-  SQLAlchemy nor checks the schema, and the store-on and store-off crawls cost the same. In
-  one lean round just before that change the store-on crawl cost 1.08 of stock's CPU per
-  page, 1.07 marginal and 0.34 s at start. What the 0.2 s start goes to: importing
-  redis-py (0.06 s: it loads its asyncio, cluster and observability modules) and the
-  add-on's modules (0.1 s), building the runtime and connecting to Redis. What a healthy
-  page costs the add-on on top: `process_response`'s classification of the status and
-  two dictionary lookups (the breaker's cooling domains, the request's task meta), under
-  the noise of these figures. Pages/s: **missed** at the lean baseline, 0.90 (0.81 to
-  1.2) with the store on and 0.87 with it off: these crawls run one after the other, and
-  stock's own pages/s moved from 291 to 393 between rounds on the shared machine; the CPU
-  figures, from crawls side by side, hold still. Suite baseline: CPU per page 1.03 and
-  1.00 (met), marginal 1.04 with the store on (**missed**, 1.02 to 1.04) and 1.02 with it
-  off (**missed** by its third digit), start-up +0.23 s and +0.21 s (met), pages/s 1.12
-  and 1.19 (met). Against the earlier round at this baseline (CPU 1.04 store on, 0.99 off;
-  pages/s 0.955 and 0.977) nothing got worse.
-- **deadletters.** Crawls of 500 and 2,000 pages (pages/s from the 2,000-page ones). Met:
-  with the store writer off, CPU per page 1.08 (404) and 1.11 (403) of stock's at the lean
-  baseline, 1.08 and 1.07 at the suite's (1.10 and 1.12 in the earlier round); pages/s 1.08
-  (404, lean) and 0.95 (both, suite), but 0.895 for the 403s at the lean baseline
-  (**missed** by a hair). **Missed**: with the writer in the crawl (SQLite), CPU 1.31 and
-  1.30 lean, 1.27 and 1.26 suite (target 1.15), marginal 1.23 to 1.29, pages/s 0.74 to 0.80
-  (target 0.9); with the writer as its own process, the crawl's CPU 1.09 (404) and 1.04
-  (403) lean, 1.07 suite (target 1.05; met for the 403 lean only), its pages/s 0.85 and 0.75
-  lean (**missed**), 0.90 and 0.93 suite (met): that variant's crawls, one after the other,
-  shared the machine with their writer process and with other engineers' runs. The writer
-  process used 1.0 ms of CPU per dead letter from its start to its exit on these
-  2,000-dead-letter crawls, most of it its own start (Python, Scrapy's settings, SQLAlchemy:
-  about 1.5 s); its marginal cost, the slope between the 500- and 2,000-letter crawls, is
-  0.03 to 0.24 ms per dead letter (noisy: one writer's start varies more than that), and the
-  writer alone on a prepared stream of 3,000 dead letters measured 81 µs of CPU per event.
-  Where a dead letter's cost goes, ours minus stock, from the threads' CPU and the
-  collector's time (gc callbacks) in side-by-side 3,000-page 404 crawls at the lean baseline
-  (3 rounds; docs/capacity.md has the table): with the store off, 0.33 ms: 0.26 on the
-  reactor thread (the classification, the plan, the envelope, its share of the write path's
-  batching, the stats, the signal, the log line), 0.06 on the Redis worker thread (its share
-  of one pipelined script call per batch), and the collector within noise; with the writer
-  in the crawl, 0.92 ms: the same, plus 0.25 in the writer thread (reading events and
-  envelopes, building rows, the SQL; the SQLAlchemy import and schema check, 0.2 to 0.3 s
-  once, are about 0.08 of it here) and 0.4 of the collector (0.27 of it full collections),
-  most of which runs on the reactor thread: the writer's rows and SQLAlchemy's objects
-  survive into the older generations, and SQLAlchemy's modules are in every full walk. That
-  collector share and the writer thread are why the in-crawl writer misses, and the import
-  is why the pages/s of its crawls (the import now comes with the first dead letter, holding
-  the GIL for 0.2 to 0.3 s mid-crawl) is lower than in the earlier round (0.74 against 0.83
-  for the 404s at the suite baseline): the price of a healthy crawl that never loads the
-  store. The CPU per page of the in-crawl writer now counts that import too (before, made
-  before the spider opened, it was outside the window): 0.1 to 0.15 ms per page of these
-  2,000-page crawls, which is most of the step from the earlier round's 1.23 to this one's
-  1.27 for the 404s at the suite baseline; the marginal ratio, which leaves fixed costs out,
-  is 1.23 there. The PostgreSQL variant of the earlier rounds was not run this time (for the
-  run's length); its in-crawl figures were the SQLite ones' within noise. What would reach
-  the targets: the writer as its own process (the fleet set-up; its crawl's figures are
-  those of the store off) for the in-crawl miss, and for the crawl's own 0.33 ms a leaner
-  reactor path: the envelope is already cheap (a Request's `to_dict` searched every spider
-  attribute for the callback's name, 23 µs of the envelope's 28; now 5 µs), so what is left
-  is, by py-spy, about half in `process_response` (the classification, the plan, the
-  envelope) and half in the write path's delivery callback and the report of the outcome
-  (stats, the `retryqueue_dead` signal, whose dispatch costs 7 µs with no receiver, the log
-  line). orjson and msgspec were measured for the envelope, as hiredis was: encoding one of
-  566 bytes takes 5.0 µs with the standard library's encoder against 0.3 (orjson) and 0.5
-  (msgspec), decoding it 3.9 against 1.3 and 1.1: about 5 µs per dead letter in 3,400, a
-  sixth of a per cent, within this machine's noise and not worth a dependency whose rules
-  differ (NaN, lone surrogates), so the envelope keeps `json`. The 403 crawl writes
-  `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind) WARNING lines, then one that says the rest go to
-  DEBUG. "close s" (last response to close) is 0.02 to 0.5 s.
+- **Where the work is.** nginx serves the overhead, dead-letter and retry pages with under
+  1 % of the crawler's CPU ("nginx ÷ crawler CPU"): the crawler is the bottleneck. The
+  garbage collector is a quarter to a third of stock Scrapy's own CPU on these crawls
+  ("GC ms/page": 1.8 to 2.4 of stock's 6.3 to 7.0 ms per page in the 2026-12-02 05:00 run).
+  "CPU ms/page" is the crawler child's user + system time from its resource usage at exit,
+  less what it had used when the spider opened; "marginal" is the slope of its whole CPU
+  between two crawl sizes (what one more page costs, start-up and close apart); "start-up
+  s" is its CPU from the process's start to its first request, "start-up +" ours minus
+  stock's; "fixed +" what ours costs once per crawl more than stock (the intercept of that
+  slope: the start, what loads once mid-crawl, the close).
+- **Baselines, and the load of these runs.** "lean" is the set-up a production crawl runs
+  with (LOG_LEVEL WARNING, 32 concurrent requests); "suite" the settings of the earlier
+  rounds (64). Both log at WARNING. The overhead and deadletters sections of 2026-12-02
+  05:00 ran beside a helper's profiling crawls (load 3.5 to 4.5 on the 2 cores): every
+  crawl's CPU was about twice what it is on a quiet machine (stock's start-up 1.8 s against
+  0.83 s the round before, its CPU per page 6.3 to 7.0 ms against 3.5), so their absolute
+  seconds, start-up + and fixed + among them, are doubled too, and their pages/s, from
+  crawls one after the other, moved most. Ratios from crawls side by side hold: ours ÷
+  stock start-up was 1.26 in this run and 1.27 in the quiet one before it. The issue's 1.85
+  to 2.0 ms of stock CPU per page was not reproduced on these machines.
+- **overhead.** CPU per page met at both baselines with the store on (1.02 lean, 1.04
+  suite) and off (1.02, 1.00); marginal 1.04 and 1.03 with the store on, 1.02 and 1.00 off
+  (target 1.02: **missed** with the store on; 1.00 to 1.01 in the quiet round before, so
+  within this load's noise). Pages/s 1.00 (lean) and 1.00 (suite) with the store on (met),
+  0.95 and 0.89 off (**missed**; 0.87 and 1.19 in the round before: sequential crawls on a
+  loaded machine). Start-up + 0.38 s lean, 0.35 s suite (**missed** in seconds, at doubled
+  CPU; the ratio to stock's start-up is unchanged, and the quiet round before measured
+  0.20 and 0.23 s, met). A healthy crawl never loads the store ("GC +" 0.07 to 0.09 ms per
+  page, within noise). What the start goes to: importing redis-py (0.06 s on a quiet
+  machine: it loads its asyncio, cluster and observability modules) and the add-on's
+  modules (0.1 s), building the runtime and connecting to Redis. What a healthy page costs
+  the add-on on top: `process_response`'s classification of the status and two
+  dictionary lookups (the breaker's cooling domains, the request's task meta).
+- **deadletters.** Crawls of 500 and 2,000 pages (pages/s from the 2,000-page ones). Met
+  with the store writer off (the fleet set-up's crawl): CPU per page 1.09 (404) and 1.04
+  (403) lean, 1.05 and 1.07 suite; marginal 1.11, 1.03, 1.03, 1.10; pages/s 0.99 and 0.93
+  lean, 0.93 for the 403s suite, 0.79 for the 404s suite (**missed** in this loaded run;
+  0.955 in the quiet round before). The writer as its own process: the crawl's CPU 1.10
+  and 1.05 lean, 1.07 and 1.10 suite, marginal 1.08, 1.02, 1.04, 1.09 (target 1.05: met for
+  two of eight figures), pages/s 0.95 and 0.88 lean, 0.87 and 0.94 suite; that variant's
+  crawls shared the machine with their writer process too. The writer process used 1.5 to
+  1.7 ms of CPU per dead letter from its start to its exit on 2,000 dead letters (its start,
+  about 1.5 s on a quiet machine, dominates) and 0.25 to 0.46 ms at the margin.
+  **Missed**: the writer in the crawl (SQLite): CPU per page 1.26 and 1.18 lean (the round
+  before: 1.31 and 1.30), 1.27 and 1.23 suite (1.27 and 1.26), marginal 1.16 to 1.24,
+  pages/s 0.66 to 0.89. Where that goes, by the "GC +" figures and the heap section: **the
+  largest part is the garbage collector**, 0.41 to 0.71 ms per page more than stock's (the
+  store off: -0.02 to 0.06). The store's import puts about 26,000 tracked objects
+  (SQLAlchemy's core 18,000, its PostgreSQL dialect 6,000, the store's modules 1,500) into
+  a crawler heap of about 68,000, and a full collection on this machine then takes 84 ms
+  instead of 47 (see heap). A crawl makes one full collection about every hundred pages of
+  these crawls, so the import costs every page from then on, not once. The writer thread's
+  own work is the rest: about 0.25 ms per dead letter on a quiet machine (it was 0.33:
+  SQLite's upsert now goes through sqlite3 itself, many rows per statement, 42 to 51 µs a
+  row instead of 96; building the rows 60 to 75 µs, reading the envelopes 26 to 31, the
+  events 8 to 10, Redis 15), plus the import itself once (0.3 to 0.45 s of CPU, holding
+  the GIL mid-crawl, which is what costs its pages/s). What would reach the target: a
+  crawl that never loads SQLAlchemy. The writer as its own process does that today (its
+  crawl costs what the store-off crawl costs). An in-crawl writer on the database driver
+  alone (sqlite3 or psycopg2, its statements compiled ahead from the SQLAlchemy ones, as
+  the two fast upserts already are) would do it in the crawl; it is not built: the sweep,
+  retention, the row-by-row fallback and the error classification all use SQLAlchemy, and
+  they would need the same. `gc.freeze()` once the store is loaded would take its objects
+  out of every full collection, but with every other object alive at that moment: a
+  process-wide choice left to the project (see capacity). orjson and msgspec were measured
+  for the envelope in the round before, as hiredis was: about 5 µs per dead letter of
+  3,400, within noise, so the envelope keeps `json`. The 403 crawl writes
+  `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind) WARNING lines, then one that says the rest go
+  to DEBUG. "close s" (last response to close) is 0.03 to 0.5 s.
 - **retry.** Crawls of 500 and 2,000 pages that each answer 503 once, then 200. **Missed**:
   CPU per final page 1.40 of stock's immediate in-memory retry at the lean baseline (1.30
   to 1.40; marginal 1.35), 1.31 at the suite's (target 1.25; the issue measured 1.44 to
