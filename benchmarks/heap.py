@@ -7,9 +7,10 @@ first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core, its
 PostgreSQL dialect, the store's own modules). After each step it counts the
 objects the collector tracks and times a full collection (``gc.collect()``,
 the best of 7, this thread's CPU). A crawl makes a full collection about every
-tenth second-generation one (here, one per hundred pages or so of a 404
-crawl), so "store ms per full collection" is paid again and again while the
-crawl runs: a cost per page, not a fixed one. Ratios are after ÷ before.
+tenth second-generation one (29 to 31 in each 3,000-page 404 crawl at the lean
+baseline, with the store on or off, counted with ``gc.callbacks``), so "store
+ms per full collection" is paid again and again while the crawl runs: a cost
+per page, not a fixed one. The ratio is after ÷ before.
 """
 
 from __future__ import annotations
