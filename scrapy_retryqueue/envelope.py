@@ -419,8 +419,12 @@ def request_from_json(
     if not isinstance(pairs, list) or not isinstance(body, str):
         raise EnvelopeError("envelope request headers/body are malformed: not a list and a text")
     for pair in pairs:
+        # Both items named: a generator per header would cost more than the check.
         if not (
-            isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], str)
         ):
             raise EnvelopeError(
                 "envelope request headers/body are malformed: headers are not [name, value] texts"
