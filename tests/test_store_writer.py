@@ -352,29 +352,21 @@ def test_a_task_that_dies_again_keeps_its_first_death_in_history(
     assert queue.client.zcard(queue.keys.dead) == 0
 
 
-@pytest.mark.parametrize("rows_per_statement", [None, 2])
-def test_the_drivers_own_upsert_stores_what_sqlalchemys_executemany_stores(
+def _fast_and_sqlalchemy_rows(
     store: Store,
     queue: RedisDelayedQueue,
     make_task: MakeTask,
     make_sync: Callable[..., EventSync],
     monkeypatch: pytest.MonkeyPatch,
-    rows_per_statement: int | None,
-) -> None:
-    """The upsert through psycopg2 / sqlite3 (many rows per statement) and through
-    SQLAlchemy's executemany leave the same rows, deaths that lived again included."""
-    if rows_per_statement is not None:
-        if store.dialect != "sqlite":
-            pytest.skip("statements of a few rows each: SQLite's parameter limit")
-        monkeypatch.setattr(writer_module, "_SQLITE_MAX_PARAMS", 27 * rows_per_statement + 12)
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The rows one batch leaves written through the driver's own upsert, then
+    through SQLAlchemy's executemany (deaths that lived again included)."""
     lifecycle(queue, make_task)
     queue.deadletter(make_task("e", kind="not_found", dead_kind="not_found"), None, now=T0)
     queue.schedule(make_task("e", kind="timeout", due=T0 + 10), now=T0 + 10)
     entries = queue.client.xrange(queue.keys.events)
 
-    def written(spider: str, fast: bool) -> dict[str, dict[str, Any]]:
-        if not fast:
-            monkeypatch.setattr(writer_module, "_FAST_UPSERTS", {})
+    def written(spider: str) -> dict[str, dict[str, Any]]:
         sync = make_sync()
         sync.spider = spider
         batch = sync.build(parse_entries(spider, entries))
@@ -383,10 +375,52 @@ def test_the_drivers_own_upsert_stores_what_sqlalchemys_executemany_stores(
         assert len(applied) == batch.rows == 6  # e: its death, then its new life
         return {k: {**r, "id": None, "spider": None} for k, r in rows(store, spider).items()}
 
-    fast = written("fast-path", True)
-    assert fast == written("sqlalchemy", False)
+    fast = written("fast-path")
+    monkeypatch.setattr(writer_module, "_FAST_UPSERTS", {})
+    return fast, written("sqlalchemy")
+
+
+def test_the_drivers_own_upsert_stores_what_sqlalchemys_executemany_stores(
+    store: Store,
+    queue: RedisDelayedQueue,
+    make_task: MakeTask,
+    make_sync: Callable[..., EventSync],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """psycopg2's execute_values and sqlite3's many-row statement leave what
+    SQLAlchemy's executemany leaves."""
+    fast, plain = _fast_and_sqlalchemy_rows(store, queue, make_task, make_sync, monkeypatch)
+    assert fast == plain
     assert fast["e"]["status"] == "waiting"
     assert [h["kind"] for h in fast["e"]["history"]] == ["not_found"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_sqlite_batch_over_its_parameter_limit_spans_statements(
+    store: Store,
+    queue: RedisDelayedQueue,
+    make_task: MakeTask,
+    make_sync: Callable[..., EventSync],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two rows' parameters (27 columns each) and the statement's 12 constants.
+    monkeypatch.setattr(writer_module, "_SQLITE_MAX_PARAMS", 27 * 2 + 12)
+    statements: list[str] = []
+    real = writer_module._upsert_sqlite
+
+    def traced(conn: Any, rows: list[dict[str, Any]]) -> Any:
+        conn.connection.driver_connection.set_trace_callback(statements.append)
+        try:
+            return real(conn, rows)
+        finally:
+            conn.connection.driver_connection.set_trace_callback(None)
+
+    monkeypatch.setitem(writer_module._FAST_UPSERTS, ("sqlite", "pysqlite"), traced)
+    fast, plain = _fast_and_sqlalchemy_rows(store, queue, make_task, make_sync, monkeypatch)
+    assert fast == plain
+    upserts = [sql for sql in statements if sql.startswith("INSERT INTO retryqueue_tasks")]
+    # 5 rows, then e's new life: statements of 2, 2, 1 and 1 rows.
+    assert [sql.count("), (") + 1 for sql in upserts] == [2, 2, 1, 1]
 
 
 def test_a_dead_letter_is_removed_from_redis_only_for_the_death_that_was_stored(
