@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -459,6 +459,17 @@ def apply_batch(conn: Connection, batch: Batch) -> set[tuple[str, str, int, int]
     return applied
 
 
+def _values_of(sql: str, driver: str) -> tuple[re.Match[str], list[str]]:
+    """The compiled upsert's ``VALUES (...)`` (group 2) and its columns, where a
+    driver's own upsert puts its rows."""
+    match = re.search(
+        rf"INSERT INTO {write_table.name} \((.*?)\) VALUES (\(.*?\)) ON CONFLICT", sql, re.S
+    )
+    if match is None:  # pragma: no cover - a SQLAlchemy that renders differently
+        raise RuntimeError(f"cannot prepare the store's upsert for {driver}")
+    return match, [c.strip() for c in match.group(1).split(",")]
+
+
 _PSYCOPG2_UPSERT: tuple[str, list[str]] | None = None
 
 
@@ -476,14 +487,7 @@ def _psycopg2_upsert_sql(cursor: Any) -> tuple[str, list[str]]:
         compiled = upsert_statement("postgresql").compile(
             dialect=pg_driver.dialect(), column_keys=list(COLUMNS)
         )
-        match = re.search(
-            rf"INSERT INTO {write_table.name} \((.*?)\) VALUES (\(.*?\)) ON CONFLICT",
-            compiled.string,
-            re.S,
-        )
-        if match is None:  # pragma: no cover - a SQLAlchemy that renders differently
-            raise RuntimeError("cannot prepare the store's upsert for psycopg2")
-        columns = [c.strip() for c in match.group(1).split(",")]
+        match, columns = _values_of(compiled.string, "psycopg2")
         constants = {k: v for k, v in compiled.params.items() if k not in columns}
         marker = "__retryqueue_values__"
         sql = compiled.string.replace(match.group(2), marker, 1)
@@ -527,14 +531,7 @@ def _sqlite_upsert_sql(conn: Connection) -> tuple[str, str, str, list[str], list
     if _SQLITE_UPSERT is None:
         dialect = sqlite.dialect(paramstyle="qmark")
         compiled = upsert_statement("sqlite").compile(dialect=dialect, column_keys=list(COLUMNS))
-        match = re.search(
-            rf"INSERT INTO {write_table.name} \((.*?)\) VALUES (\(.*?\)) ON CONFLICT",
-            compiled.string,
-            re.S,
-        )
-        if match is None:  # pragma: no cover - a SQLAlchemy that renders differently
-            raise RuntimeError("cannot prepare the store's upsert for sqlite3")
-        columns = [c.strip() for c in match.group(1).split(",")]
+        match, columns = _values_of(compiled.string, "sqlite3")
         positions = compiled.positiontup or []
         if positions[: len(columns)] != columns:  # pragma: no cover - as above
             raise RuntimeError("cannot prepare the store's upsert for sqlite3")
@@ -585,9 +582,9 @@ def _upsert_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> list[tuple[A
 
 
 #: (dialect, driver) → the upsert written through the driver itself.
-_FAST_UPSERTS = {
-    ("postgresql", "psycopg2"): lambda conn, rows: _upsert_psycopg2(conn, rows),
-    ("sqlite", "pysqlite"): lambda conn, rows: _upsert_sqlite(conn, rows),
+_FAST_UPSERTS: dict[tuple[str, str], Callable[[Connection, list[dict[str, Any]]], Any]] = {
+    ("postgresql", "psycopg2"): _upsert_psycopg2,
+    ("sqlite", "pysqlite"): _upsert_sqlite,
 }
 
 
