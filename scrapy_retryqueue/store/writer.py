@@ -546,7 +546,8 @@ def _sqlite_upsert_sql(conn: Connection) -> tuple[str, str, str, list[str], list
     return _SQLITE_UPSERT
 
 
-#: Rows per statement: SQLite before 3.32 takes at most 999 parameters in one.
+#: Parameters one statement may carry (SQLite 3.32 on; before it, 999): the
+#: statement's constants count, and the rest is split into whole rows.
 _SQLITE_MAX_PARAMS = 32_766
 
 
