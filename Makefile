@@ -10,6 +10,11 @@ STAMP := $(VENV)/.installed
 
 # The import contracts of pyproject.toml ([tool.importlinter], docs/architecture.md).
 LINT_IMPORTS := $(VENV)/bin/lint-imports --no-logo --no-cache
+# Two pytest workers (pytest-xdist): the suite mostly waits (on crawls, servers,
+# backoffs), so two halve its time on a 2-core machine; its tests keep their keys,
+# databases and servers apart (tests/conftest.py). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 $(STAMP): pyproject.toml setup.cfg
 	python3 -m venv $(VENV)
@@ -26,7 +31,7 @@ test: install
 	bash scripts/ensure-services
 	$(PY) -m ruff check scrapy_retryqueue tests example_project benchmarks
 	$(LINT_IMPORTS)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 # One tier each (tests/conftest.py marks every test unit, integration or e2e).
 # The unit tier needs no server: it runs with the servers' URLs on a closed
@@ -35,15 +40,15 @@ CLOSED_SERVERS := RETRYQUEUE_TEST_REDIS_URL=redis://127.0.0.1:1/0 \
 	RETRYQUEUE_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:1/none
 
 test-unit: install
-	$(CLOSED_SERVERS) $(PY) -m pytest -m unit $(PYTEST_ARGS)
+	$(CLOSED_SERVERS) $(PYTEST) -m unit $(PYTEST_ARGS)
 
 test-integration: install
 	bash scripts/ensure-services
-	$(PY) -m pytest -m integration $(PYTEST_ARGS)
+	$(PYTEST) -m integration $(PYTEST_ARGS)
 
 test-e2e: install
 	bash scripts/ensure-services
-	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+	$(PYTEST) -m e2e $(PYTEST_ARGS)
 
 # Benchmarks (not tests): writes docs/benchmarks.md; about half an hour on 2 cores.
 # Their static site is Debian's nginx (nginx-light), started and stopped by the run.
