@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -393,6 +395,45 @@ def test_the_drivers_own_upsert_stores_what_sqlalchemys_executemany_stores(
     assert fast == plain
     assert fast["e"]["status"] == "waiting"
     assert [h["kind"] for h in fast["e"]["history"]] == ["not_found"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_sqlite_store_is_written_without_loading_the_postgresql_dialect(
+    store: Store,
+    queue: RedisDelayedQueue,
+    make_task: MakeTask,
+    redis_url: str,
+    spider_name: str,
+    database_url: str,
+) -> None:
+    """Every write of a crawl's writer (rows, a death that lives again, the sweep,
+    retention) to SQLite leaves SQLAlchemy's PostgreSQL dialect unimported: it
+    would be on the crawl's heap for every full collection (models.JsonColumn)."""
+    lifecycle(queue, make_task)
+    queue.deadletter(make_task("e", kind="not_found", dead_kind="not_found"), None, now=T0)
+    queue.schedule(make_task("e", kind="timeout", due=T0 + 10), now=T0 + 10)
+    # A fresh interpreter: this one imported the dialect long ago.
+    code = (
+        "import json, sys, redis\n"
+        "from scrapy_retryqueue.store.db import Store\n"
+        "from scrapy_retryqueue.store.sync import EventSync, apply_retention\n"
+        f"store = Store({database_url!r})\n"
+        "store.ensure_schema()\n"
+        f"client = redis.Redis.from_url({redis_url!r})\n"
+        f"sync = EventSync(store, client, {spider_name!r}, consumer='probe')\n"
+        "written = sync.step().events\n"
+        "sync.sweep_dead()\n"
+        f"apply_retention(store, spider={spider_name!r}, dead_days=1, history_days=1)\n"
+        "print(json.dumps([written, sorted(m for m in sys.modules if 'postgresql' in m)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    written, loaded = json.loads(done.stdout.splitlines()[-1])
+    assert written > 0
+    assert loaded == []
+    assert [h["kind"] for h in rows(store, spider_name)["e"]["history"]] == ["not_found"]
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

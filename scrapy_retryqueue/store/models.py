@@ -24,8 +24,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 #: Table Alembic records the schema revision in (not ``alembic_version``, so a
 #: project's own migrations can share the database).
@@ -38,8 +37,31 @@ SCHEMA_HEAD = "0001"
 
 #: BIGINT on PostgreSQL; INTEGER on SQLite, where only that autoincrements.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-#: SQL NULL for None (not the JSON value null), so COALESCE keeps stored values.
-Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+
+class JsonColumn(TypeDecorator[Any]):
+    """JSON on SQLite, JSONB on PostgreSQL; SQL NULL for None (not the JSON value
+    null), so COALESCE keeps stored values.
+
+    Not ``JSON().with_variant(JSONB(), "postgresql")``: that needs JSONB, and so
+    SQLAlchemy's whole PostgreSQL dialect (about 5,700 objects), imported with
+    the table, which would put them on the heap of every crawl writing a SQLite
+    store, for the collector to walk at every full collection. A PostgreSQL
+    engine has imported the dialect already when it asks for the type.
+    """
+
+    impl = JSON(none_as_null=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB(none_as_null=True))
+        return dialect.type_descriptor(JSON(none_as_null=True))
+
+
+Json = JsonColumn()
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -34,8 +34,7 @@ from sqlalchemy import (
     literal,
     tuple_,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -45,7 +44,7 @@ from ..envelope import malformed_envelope, read_document
 from ..exceptions import EnvelopeError
 from ..kinds import BUILTIN_TABLE
 from ..taskinfo import host_of
-from .models import UTCDateTime, tasks_table
+from .models import JsonColumn, UTCDateTime, tasks_table
 
 #: Event type → task status (types without one, ``domain``, are no rows).
 STATUS_OF = {
@@ -371,7 +370,7 @@ def _write_type(column: Any) -> Any:
     # it, not decoded and encoded again), datetimes already in UTC.
     if isinstance(column.type, UTCDateTime):
         return DateTime(timezone=True)
-    if isinstance(column.type, JSON):
+    if isinstance(column.type, (JSON, JsonColumn)):
         return Text()
     return column.type
 
@@ -388,6 +387,8 @@ def _history_append(dialect: str, table: Any) -> Any:
     """``history`` with the stored life appended (for a dead task that lives again)."""
     c = table.c
     if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import JSONB
+
         entry = func.jsonb_build_object(
             "status", c.status,
             "kind", c.kind,
@@ -411,10 +412,20 @@ def _history_append(dialect: str, table: Any) -> Any:
     return func.json_insert(func.coalesce(c.history, "[]"), "$[#]", entry)
 
 
+def _insert_of(dialect: str) -> Any:
+    """The dialect's INSERT with ON CONFLICT; PostgreSQL's imported only for it
+    (models.JsonColumn says why)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+
+        return insert
+    return sqlite.insert
+
+
 def upsert_statement(dialect: str, *, returning: bool = True) -> Any:
     """INSERT ... ON CONFLICT (spider, task_id) DO UPDATE, applied only by a newer event."""
     table = write_table
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = _insert_of(dialect)
     stmt = insert(table)
     excluded = stmt.excluded
     c = table.c
@@ -611,7 +622,7 @@ def sweep_statement(dialect: str) -> Any:
     trimmed before the writer read it): written unless the store already knows
     this death, a later one, or anything that happened after it."""
     table = write_table
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = _insert_of(dialect)
     stmt = insert(table)
     excluded = stmt.excluded
     c = table.c
