@@ -124,6 +124,8 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
                 ("ours ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
                 ("ours ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
                 ("ours retry ÷ healthy page", (lambda v: v <= 1.5, "<= 1.5")),
+                ("writer proc ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
+                ("writer proc ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
             )
         },
     ),
@@ -207,8 +209,8 @@ READING = """## Reading the figures
 
 - **Where the work is.** nginx serves the overhead, dead-letter and retry pages with under
   1 % of the crawler's CPU ("nginx ÷ crawler CPU"): the crawler is the bottleneck. The
-  garbage collector is a quarter to a third of stock Scrapy's own CPU on these crawls
-  ("GC ms/page": 1.8 to 2.4 of stock's 6.3 to 7.0 ms per page in the 2026-12-02 05:00 run).
+  garbage collector is about a third of stock Scrapy's own CPU on these crawls ("GC
+  ms/page": 1.1 to 1.5 of stock's 3.3 to 3.9 ms per page in the 2026-12-02 14:45 run).
   "CPU ms/page" is the crawler child's user + system time from its resource usage at exit,
   less what it had used when the spider opened; "marginal" is the slope of its whole CPU
   between two crawl sizes (what one more page costs, start-up and close apart); "start-up
@@ -217,100 +219,105 @@ READING = """## Reading the figures
   slope: the start, what loads once mid-crawl, the close).
 - **Baselines, and the load of these runs.** "lean" is the set-up a production crawl runs
   with (LOG_LEVEL WARNING, 32 concurrent requests); "suite" the settings of the earlier
-  rounds (64). Both log at WARNING. The overhead and deadletters sections of 2026-12-02
-  05:00 ran beside a helper's profiling crawls (load 3.5 to 4.5 on the 2 cores): every
-  crawl's CPU was about twice what it is on a quiet machine (stock's start-up 1.8 s against
-  0.83 s the round before, its CPU per page 6.3 to 7.0 ms against 3.5), so their absolute
-  seconds, start-up + and fixed + among them, are doubled too, and their pages/s, from
-  crawls one after the other, moved most. Ratios from crawls side by side hold: ours ÷
-  stock start-up was 1.26 in this run and 1.27 in the quiet one before it. The issue's 1.85
-  to 2.0 ms of stock CPU per page was not reproduced on these machines.
-- **overhead.** CPU per page met at both baselines with the store on (1.02 lean, 1.04
-  suite) and off (1.02, 1.00); marginal 1.04 and 1.03 with the store on, 1.02 and 1.00 off
-  (target 1.02: **missed** with the store on; 1.00 to 1.01 in the quiet round before, so
-  within this load's noise). Pages/s 1.00 (lean) and 1.00 (suite) with the store on (met),
-  0.95 and 0.89 off (**missed**; 0.87 and 1.19 in the round before: sequential crawls on a
-  loaded machine). Start-up + 0.38 s lean, 0.35 s suite (**missed** in seconds, at doubled
-  CPU; the ratio to stock's start-up is unchanged, and the quiet round before measured
-  0.20 and 0.23 s, met). A healthy crawl never loads the store ("GC +" 0.07 to 0.09 ms per
-  page, within noise). What the start goes to: importing redis-py (0.06 s on a quiet
-  machine: it loads its asyncio, cluster and observability modules) and the add-on's
-  modules (0.1 s), building the runtime and connecting to Redis. What a healthy page costs
-  the add-on on top: `process_response`'s classification of the status and two
-  dictionary lookups (the breaker's cooling domains, the request's task meta).
+  rounds (64). Both log at WARNING. The overhead, deadletters, retry and heap sections of
+  this page ran on a quiet machine (nothing else running, 2026-12-02 14:35 to 15:05);
+  the round before ran beside profiling crawls that doubled every crawl's CPU, and its
+  figures are quoted below where they differ. This machine is slower than the one the
+  issue measured on: stock spends 3.4 ms of CPU per page at the lean baseline (the issue:
+  1.85 to 2.0) and fetches 250 to 320 pages/s (540 to 600). Pages/s come from crawls one
+  after the other and move by a fifth from round to round (see the spreads); CPU ratios
+  come from crawls side by side and hold within a few hundredths.
+- **overhead.** Met at the lean baseline with the store on: CPU per page 1.02, marginal
+  1.02 (target 1.02), and with the store off (1.03, 1.01). At the suite's: CPU 1.01, marginal
+  1.03 with the store on (**missed** by 0.01; 0.98 to 1.06 over the rounds), 1.00 and 0.99
+  off. Start-up + 0.31 s lean (**missed** by 0.01 s; 0.15 to 0.34), 0.21 s suite (met); store
+  off 0.16 and 0.17 s. Pages/s 0.96 lean and 0.91 suite with the store on (**missed**; spreads
+  0.76 to 0.98 and 0.90 to 1.05), 1.00 and 1.06 off (met). A healthy crawl never loads the
+  store ("GC +" 0.02 to 0.03 ms per page, within noise); what the store on adds to it is
+  its writer thread's wait for work (one or two reads of Redis per RETRYQUEUE_STORE_INTERVAL),
+  so the pages/s gap between store on and off is the sequential crawls' noise, as their
+  CPU ratios say. What the start goes to: importing redis-py (0.06 s: it loads its asyncio,
+  cluster and observability modules) and the add-on's modules (0.1 s), building the
+  runtime and connecting to Redis. What a healthy page costs the add-on on top:
+  `process_response`'s classification of the status and two dictionary lookups (the
+  breaker's cooling domains, the request's task meta).
 - **deadletters.** Crawls of 500 and 2,000 pages (pages/s from the 2,000-page ones). Met
-  with the store writer off (the fleet set-up's crawl): CPU per page 1.09 (404) and 1.04
-  (403) lean, 1.05 and 1.07 suite; marginal 1.11, 1.03, 1.03, 1.10; pages/s 0.99 and 0.93
-  lean, 0.93 for the 403s suite, 0.79 for the 404s suite (**missed** in this loaded run;
-  0.955 in the quiet round before). The writer as its own process: the crawl's CPU 1.10
-  and 1.05 lean, 1.07 and 1.10 suite, marginal 1.08, 1.02, 1.04, 1.09 (target 1.05: met for
-  two of eight figures), pages/s 0.95 and 0.88 lean, 0.87 and 0.94 suite; that variant's
-  crawls shared the machine with their writer process too. The writer process used 1.5 to
-  1.7 ms of CPU per dead letter from its start to its exit on 2,000 dead letters (its start,
-  about 1.5 s on a quiet machine, dominates) and 0.25 to 0.46 ms at the margin.
-  **Missed**: the writer in the crawl (SQLite): CPU per page 1.26 and 1.18 lean (the round
-  before: 1.31 and 1.30), 1.27 and 1.23 suite (1.27 and 1.26), marginal 1.16 to 1.24,
-  pages/s 0.66 to 0.89. Where that goes, by the "GC +" figures and the heap section: **the
-  largest part is the garbage collector**, 0.41 to 0.71 ms per page more than stock's (the
-  store off: -0.02 to 0.06). The store's import puts about 26,000 tracked objects
-  (SQLAlchemy's core 18,000, its PostgreSQL dialect 6,000, the store's modules 1,500) into
-  a crawler heap of about 68,000, and a full collection on this machine then takes 97 ms
-  instead of 57 (the heap section's medians). A crawl makes one full collection about every hundred pages of
-  these crawls, so the import costs every page from then on, not once. The writer thread's
-  own work is the rest: about 0.25 ms per dead letter on a quiet machine (it was 0.33:
-  SQLite's upsert now goes through sqlite3 itself, many rows per statement, 42 to 51 µs a
-  row instead of 96; building the rows 60 to 75 µs, reading the envelopes 26 to 31, the
-  events 8 to 10, Redis 15), plus the import itself once (0.3 to 0.45 s of CPU, holding
-  the GIL mid-crawl, which is what costs its pages/s). What would reach the target: a
-  crawl that never loads SQLAlchemy. The writer as its own process does that today (its
-  crawl costs what the store-off crawl costs). An in-crawl writer on the database driver
-  alone (sqlite3 or psycopg2, its statements compiled ahead from the SQLAlchemy ones, as
-  the two fast upserts already are) would do it in the crawl; it is not built: the sweep,
-  retention, the row-by-row fallback and the error classification all use SQLAlchemy, and
-  they would need the same. `gc.freeze()` once the store is loaded would take its objects
-  out of every full collection, but with every other object alive at that moment: a
-  process-wide choice left to the project (see capacity). orjson and msgspec were measured
-  for the envelope in the round before, as hiredis was: about 5 µs per dead letter of
-  3,400, within noise, so the envelope keeps `json`. The 403 crawl writes
-  `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind) WARNING lines, then one that says the rest go
-  to DEBUG. "close s" (last response to close) is 0.03 to 0.5 s.
-- **retry.** Crawls of 500 and 2,000 pages that each answer 503 once, then 200, the four
-  crawls of a round side by side (2026-12-02 06:00; four crawlers on two cores, so every
-  crawl's CPU is more than twice a quiet machine's: stock's healthy page 8.6 ms against
-  3.7 in the round before). **Missed, narrowly at the lean baseline**: CPU per final page
-  1.27 of stock's immediate in-memory retry (1.24 to 1.32; the round before 1.40), marginal
-  1.27 (1.18 to 1.31; 1.35); at the suite's 1.33 (1.26 to 1.38; 1.31) and 1.30 (target
-  1.25; the issue measured 1.44 to 1.57). What came down since the round before: the store
-  writer's rows for the cycle's three events (SQLite's upsert through sqlite3 itself), the
-  stats (the stats collector's `inc_value` bound once: Scrapy's collector resolves each
-  method through a `__getattribute__` of its own, about half of a stat's cost, and a cycle
-  counts eight), the envelope's decoding of headers (29 to 25 µs), the host check of each
-  park. A retried request costs ours 5.9 ms of CPU here (stock 2.7), its failed download
-  included. Where the difference goes, from the add-on's functions timed inside such a
-  crawl (thread CPU, loaded like this run): the park 300 to 350 µs (the plan and the
-  envelope), the claim's rebuilding of the request 265 to 300 µs (104 of them Scrapy's own
-  `request_from_dict`: URL escaping, header normalisation), reporting the plan 116 to 148,
-  the ack and its report about 120, the Redis thread's scripts 180 to 270 per page, a
-  second pass through Scrapy's scheduler; and **the collector**: 0.9 ms per final page more
-  than stock's at the lean baseline, 1.2 at the suite's ("GC ms/final page" 4.1 against
-  3.1, 4.5 against 3.4). Two causes: the store's import (the heap section, and deadletters
-  above), and the parked 503 itself. A parked request leaves Scrapy's downloader the way
-  Scrapy's own idiom says, by raising an `IgnoreRequest` (`RequestParked`, which the
-  request's errback receives), and the exception's traceback ties frames, Twisted Failures,
-  Deferreds and the 503 response into reference cycles that only the collector frees:
-  about 23 frames, 14 tracebacks, 3 Failures and 4 Deferreds per cycle, 302,866 garbage
-  objects in such a crawl against stock's 85,822 (stock returns the retry request from
-  `process_response`, raising nothing). Those cycles outlive the young collections and
-  bring on more full ones. Changing how a parked response leaves the middleware would
-  change what a project's errback sees, so it is left as it is. With the writer as its own
-  process, the store's part leaves the crawl (not measured for this path). "fixed +" is
-  1.1 to 1.4 s at this load (the start, the store's import with the first failure). The
-  older figure, a retried request against a healthy page, meets its target (0.65 lean,
-  0.63 suite; target 1.5; 0.79 and 0.67 in the round before).
+  with the store writer off (the fleet set-up's crawl): CPU per page 1.10 (404) and 1.06
+  (403) lean, 1.12 and 1.08 suite; marginal 1.11, 1.03, 1.21 (**missed**), 1.08; pages/s 0.98
+  and 1.02 lean, 0.82 (**missed**) and 0.94 suite. **Missed with the writer as its own
+  process** (target 1.05): the crawl's CPU 1.12 and 1.10 lean, 1.08 and 1.06 suite, marginal
+  1.07 to 1.22; pages/s 1.10 and 0.83 lean, 0.93 and 0.85 suite (those crawls share the two
+  cores with their writer process). That crawl is the store-off crawl, so what stands
+  between it and 1.05 is the crawl's own dead-letter path, 0.18 to 0.35 ms per page: the
+  classification, the plan, the envelope's encoding, the write's batching and delivery to
+  the Redis thread (its share of one pipelined script call per batch of up to 50), the
+  stats, the `retryqueue_dead` signal and the log line. The writer process used 0.85 to
+  0.93 ms of CPU per dead letter from its start to its exit on 2,000 dead letters (its
+  start dominates) and 0.03 to 0.19 ms at the margin. **Missed with the writer in the crawl
+  (SQLite)**: CPU per page 1.29 (404) and 1.27 (403) lean, 1.24 and 1.21 suite; marginal
+  1.27, 1.24, 1.27, 1.16; pages/s 0.87, 0.78, 0.72, 0.79. Where that goes, by the "GC +"
+  figures and the heap section: the collector takes 0.30 to 0.37 ms per page more than
+  stock's (the store off: -0.01 to 0.06; the loaded round before, 0.41 to 0.71), and the
+  writer thread's work the rest: about 0.25 ms per dead letter (events and envelopes read,
+  rows built, one upsert through sqlite3 itself, 42 to 51 µs a row, and one script call
+  per batch of up to 500), plus the import once (0.3 to 0.45 s of CPU, holding the GIL
+  mid-crawl, which is what costs its pages/s). The store's import now adds 20,600 tracked
+  objects to the crawler's heap (the heap section; 26,400 in the round before, when a
+  SQLite store imported SQLAlchemy's PostgreSQL dialect too), and every full collection
+  walks them. What would reach the target: the writer's work out of the crawl's process.
+  The writer as its own process does that today (its crawl costs what the store-off crawl
+  costs); a writer process the crawl starts and stops itself would make that the default;
+  an in-crawl writer on the database driver alone (sqlite3 or psycopg2, its statements
+  compiled ahead, as the two fast upserts already are) would keep SQLAlchemy off the heap
+  but not the thread's work off the GIL. Neither is built. `gc.freeze()` once the store is
+  loaded would take its objects out of every full collection, but with every other object
+  alive at that moment: a process-wide choice left to the project (see capacity). orjson
+  and msgspec were measured for the envelope in an earlier round, as hiredis was: about
+  5 µs per dead letter of 3,400, within noise, so the envelope keeps `json`. The 403 crawl
+  writes `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind) WARNING lines, then one that says the
+  rest go to DEBUG. "close s" (last response to close) is 0.13 to 0.52 s (medians).
+- **retry.** Crawls of 500 and 2,000 pages that each answer 503 once, then 200, the five
+  crawls of a round side by side (2026-12-02 14:35, a quiet machine: stock's healthy page
+  3.9 ms lean). **Missed with the writer in the crawl**: CPU per final page 1.34 of stock's
+  immediate in-memory retry at the lean baseline (1.34 to 1.35), marginal 1.32 (1.29 to
+  1.33); at the suite's 1.31 and 1.25 (target 1.25). The loaded run before this one
+  measured 1.27 and 1.27: a load that doubles every crawl's CPU flatters a ratio whose
+  numerator holds a thread of its own. **Met with the writer as its own process** (the
+  fleet set-up, the store off in the crawl): the crawl's CPU per final page 1.18 lean
+  (1.15 to 1.20) and 1.15 suite, marginal 1.20 and 1.11. That process used 1.06 ms of CPU
+  per retried request from its start to its exit on 2,000 of them (its start dominates)
+  and 0.36 ms at the margin (0.30 suite); the crawl and the writer together cost about what
+  the in-crawl writer costs (6.2 + 0.36 against 6.7 ms marginal per final page, lean): the
+  process moves the work off the crawl's core and GIL more than it removes it. So the
+  store is the miss: 0.93 ms of the 1.78 ms per final page ours costs more than stock at
+  the lean baseline. Of that, the collector takes 0.37 ms ("GC ms/final page" 1.98 in the
+  crawl against 1.61 with the writer apart), the writer thread's reading, row building and
+  upserts of the cycle's three events most of the rest, and the store's import and schema
+  check once, with the first failure ("fixed +" 0.72 s lean, 0.61 suite, start-up + 0.23
+  and 0.12 s). Every variant made the same number of full collections (22 per 2,000-page
+  crawl lean, 23 to 24 suite): with the store each one walks a larger heap (heap below).
+  The round before named the reference cycles of a parked 503 as a second cause: a
+  parked request leaves Scrapy's downloader the way Scrapy's own idiom says, by raising
+  an `IgnoreRequest` (`RequestParked`, which the request's errback receives), and its
+  traceback ties frames, Twisted Failures, Deferreds and the 503 response into cycles
+  that only the collector frees (stock returns the retry request from `process_response`,
+  raising nothing). Measured apart here, they cost 0.11 ms per final page (1.61 against
+  stock's 1.50), so they are kept: a different way out would change what a project's
+  errback sees. The rest of the crawl's side (the park: plan and envelope; the claim's
+  rebuilding of the request, about a third of it Scrapy's own `request_from_dict`; the
+  ack and its reports; the Redis thread's scripts; a second pass through Scrapy's
+  scheduler) is what "writer proc" measures, under its target. What would meet the target
+  with the writer in the crawl: the writer's work out of the crawl's process, as a child
+  process the crawl starts (the fleet set-up's writer, started and stopped by the crawl):
+  not built. The older figure, a retried request against a healthy page, meets its
+  target (0.75 lean, 0.73 suite; target 1.5).
 - **heap.** After a crawl's modules, a fresh interpreter tracks about 67,900 objects and a
-  full collection takes 57 ms of CPU; the store writer's modules add 26,400 (18,100 of them
-  SQLAlchemy's core) and make it 97 ms, about 1 µs per tracked object on this machine.
-  This is the collector's share of the in-crawl writer's cost under deadletters and retry.
+  full collection takes 39 ms of CPU on this quiet machine; the store writer's modules
+  add 20,600 (18,100 of them SQLAlchemy's core) and make it 56 ms. A SQLite store no
+  longer imports SQLAlchemy's PostgreSQL dialect (its JSON columns ask for JSONB only
+  when a PostgreSQL engine compiles them): 5,800 tracked objects fewer than the 26,400 of
+  the round before. This is the collector's share of the in-crawl writer's cost under
+  deadletters and retry.
 - **hiredis.** Measured in-process, parser against parser on the same data: hiredis
   parses the store writer's reads (events and their envelopes) at about a fifth of the
   pure-Python parser's CPU (56 µs to 9 per event) and a claim's envelopes at about 0.4;

@@ -42,6 +42,8 @@ class StatsDump:
         self.cpu_at_first_request = 0.0
         #: CPU seconds the garbage collector took, per generation, since the spider opened.
         self.gc_seconds: dict[str, float] = {}
+        #: Collections per generation since the spider opened.
+        self.gc_counts = [0, 0, 0]
         self._gc_started = 0.0
 
     @classmethod
@@ -57,10 +59,12 @@ class StatsDump:
         if phase == "start":
             self._gc_started = time.process_time()
         else:
-            key = f"bench/gc_s/gen{info['generation']}"
+            generation = info["generation"]
+            key = f"bench/gc_s/gen{generation}"
             self.gc_seconds[key] = self.gc_seconds.get(key, 0.0) + (
                 time.process_time() - self._gc_started
             )
+            self.gc_counts[generation] += 1
 
     def first_request(self, request: Any, spider: Any) -> None:
         self.cpu_at_first_request = cpu_seconds()
@@ -94,6 +98,7 @@ class StatsDump:
         stats["bench/cpu_at_close"] = cpu_seconds()
         stats["bench/cpu_at_first_request"] = self.cpu_at_first_request
         stats.update(self.gc_seconds)
+        stats.update({f"bench/gc_n/gen{g}": n for g, n in enumerate(self.gc_counts)})
         stats["bench/open_to_close"] = now - self.opened
         stats["bench/last_response_to_close"] = now - (self.last_response or now)
         stats["bench/open_to_first_response"] = (self.first_response or now) - self.opened

@@ -5,7 +5,11 @@ nginx serves pages that each answer 503 once and then 200 (the retried request
 carries Scrapy's ``retry_times``, which benchmarks.probes.AttemptHeader sends as
 a header). Ours parks each 503 in Redis and re-injects it when due (0.5 s later,
 polls every 0.2 s), then acknowledges it: schedule, claim, ack, their events,
-and the store writer's rows. Stock Scrapy's RetryMiddleware retries each at once,
+and the store writer's rows. "writer proc" is ours with the store off in the crawl
+and one ``scrapy retryqueue writer`` process serving its spider into a SQLite
+database (the fleet set-up, as in deadletters): its figures are the crawl's, and
+"writer CPU ms/retried request" that process's CPU from its start to its exit
+per retried request. Stock Scrapy's RetryMiddleware retries each at once,
 in memory. In the same round each variant also crawls as many healthy pages.
 The crawls run side by side (the same machine load for all), at two sizes
 (SIZES), at the "lean" and the "suite" baseline (see overhead). "CPU ms/final
@@ -14,7 +18,9 @@ finally fetched, "marginal" the slope of the whole process's CPU between the
 two sizes, "fixed +" what ours costs once per crawl more than stock (the whole
 process's CPU less its pages' marginal cost: its start, the store's load with
 the first failure, its close), "GC ms/final page" the garbage collector's
-part of the retry crawl's CPU; "ours ÷ stock" compares the two retry crawls.
+part of the retry crawl's CPU and "full collections" how many of its collections
+were of every generation (both from the probe's gc callbacks); "ours ÷ stock"
+compares the two retry crawls.
 "CPU ms/retried request" is the retry crawl's CPU per page minus the healthy
 crawl's: it holds the failed download too, which costs less than a healthy page
 (no parsing, no item).
@@ -25,8 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import common
-from .common import BASELINES, STOCK, marginal_ms, side_by_side
-from .overhead import fixed_cpu, gc_ms_per_page, ours_settings
+from .common import BASELINES, STOCK, WRITER, marginal_ms, side_by_side, writer_marginal_ms
+from .overhead import fixed_cpu, gc_ms_per_page, ours_settings, prepare_store
 from .static_site import static_site
 
 SIZES = (500, 2000)
@@ -39,21 +45,27 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
 
     client = redis.Redis.from_url(redis_url)
     runs = [(v, s) for v in ("stock", "ours") for s in ("healthy", "retry")]
+    runs.append(("writer proc", "retry"))
     small, large = SIZES
+    writer_database = f"sqlite:///{workdir / 'retry-writer-store.sqlite3'}"
+    if not (workdir / "retry-writer-store.sqlite3").exists():
+        prepare_store(writer_database)
 
     def settings(variant: str, baseline: str) -> dict[str, object]:
         chosen = dict(STOCK) if variant == "stock" else ours_settings(redis_url, workdir)
         chosen.update(BASELINES[baseline])
         chosen.update(HEADER)
-        if variant == "ours":
+        if variant != "stock":
             chosen.update(RETRYQUEUE_POLICIES=POLICY, RETRYQUEUE_POLL_INTERVAL=0.2)
+        if variant == "writer proc":
+            chosen.update(RETRYQUEUE_STORE_ENABLED=False, **{WRITER: writer_database})
         return chosen
 
     figures: dict[str, float] = {}
     with static_site(large, SIZES) as site:
         for baseline in common.RUN_BASELINES:
             prefix = f"{baseline}: "
-            # All four side by side: their ratios and differences are what matter.
+            # All five side by side: their ratios and differences are what matter.
             paired = {
                 size: dict(zip(runs, side_by_side(
                     site, [(s, settings(v, baseline)) for v, s in runs], size, workdir,
@@ -65,7 +77,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                 for (variant, section), cost in paired[size].items():
                     assert cost.stats.get("item_scraped_count") == size, cost.stats
                     if section == "retry":
-                        key = "retryqueue/recovered" if variant == "ours" else "retry/count"
+                        key = "retry/count" if variant == "stock" else "retryqueue/recovered"
                         assert cost.stats.get(key) == size, cost.stats
             big = paired[large]
             for variant in ("stock", "ours"):
@@ -79,6 +91,9 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                 figures[f"{prefix}{variant} GC ms/final page"] = gc_ms_per_page(
                     big[(variant, "retry")]
                 )
+                figures[f"{prefix}{variant} full collections"] = big[(variant, "retry")].stats.get(
+                    "bench/gc_n/gen2", 0
+                )
                 figures[f"{prefix}{variant} CPU ms/retried request"] = retry - healthy
                 figures[f"{prefix}{variant} retry ÷ healthy page"] = (retry - healthy) / healthy
             figures[f"{prefix}ours ÷ stock CPU/final page"] = (
@@ -89,6 +104,23 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                 figures[f"{prefix}ours marginal ms/final page"]
                 / figures[f"{prefix}stock marginal ms/final page"]
             )
+            apart_small, apart = (
+                paired[small][("writer proc", "retry")],
+                big[("writer proc", "retry")],
+            )
+            stock_retry = big[("stock", "retry")]
+            figures[f"{prefix}writer proc CPU ms/final page"] = apart.cpu_ms_per_page
+            figures[f"{prefix}writer proc GC ms/final page"] = gc_ms_per_page(apart)
+            figures[f"{prefix}writer proc ÷ stock CPU/final page"] = (
+                apart.cpu_ms_per_page / stock_retry.cpu_ms_per_page
+            )
+            figures[f"{prefix}writer proc ÷ stock marginal"] = (
+                marginal_ms(apart_small, apart) / figures[f"{prefix}stock marginal ms/final page"]
+            )
+            figures[f"{prefix}writer CPU ms/retried request"] = (
+                apart.stats["bench/writer_cpu"] / large * 1000
+            )
+            figures[f"{prefix}writer marginal ms"] = writer_marginal_ms(apart_small, apart)
             figures[f"{prefix}start-up + s"] = (
                 big[("ours", "retry")].startup_cpu - big[("stock", "retry")].startup_cpu
             )
