@@ -82,7 +82,14 @@ class RetryQueueStoreExtension:
         if not config.enabled:
             raise NotConfigured("RETRYQUEUE_ENABLED is False")
         if not store_config.enabled:
-            raise NotConfigured("RETRYQUEUE_STORE_ENABLED is False")
+            # The fleet set-up's nodes run so on purpose: an INFO line of ours,
+            # not the WARNING Scrapy gives a NotConfigured with a reason.
+            logger.info(
+                "scrapy-retryqueue: the store writer is off in this crawl "
+                "(RETRYQUEUE_STORE_ENABLED = False): events and dead letters wait in Redis "
+                "for `scrapy retryqueue writer` or `scrapy deadletters sync`"
+            )
+            raise NotConfigured
         database = store_config.database_url and sqlite_path(store_config.database_url)
         problem = database and file_problem(database)
         if problem:

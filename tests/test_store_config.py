@@ -84,3 +84,29 @@ def test_the_writers_blocking_read_stays_below_the_socket_timeout(
     ext = RetryQueueStoreExtension.from_crawler(crawler)
     # A read longer than the socket timeout would fail as if Redis were down.
     assert ext.make_service("x").block_ms == block_ms < REDIS_SOCKET_TIMEOUT * 1000
+
+
+def test_a_store_turned_off_is_one_info_line_and_no_scrapy_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from scrapy.extension import ExtensionManager
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler(
+        settings_dict={
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_STORE_ENABLED": False,
+            "EXTENSIONS": {"scrapy_retryqueue.storeext.RetryQueueStoreExtension": 0},
+        }
+    )
+    caplog.set_level(logging.INFO)
+    manager = ExtensionManager.from_crawler(crawler)
+    assert not any(type(m).__name__ == "RetryQueueStoreExtension" for m in manager.middlewares)
+    store_lines = [r for r in caplog.records if "RetryQueueStoreExtension" in r.getMessage()]
+    assert [r for r in store_lines if r.levelno >= logging.WARNING] == []
+    ours = [r for r in caplog.records if r.name == "scrapy_retryqueue.storeext"]
+    assert [(r.levelno, "RETRYQUEUE_STORE_ENABLED = False" in r.getMessage()) for r in ours] == [
+        (logging.INFO, True)
+    ]
