@@ -210,7 +210,7 @@ READING = """## Reading the figures
 - **Where the work is.** nginx serves the overhead, dead-letter and retry pages with under
   1 % of the crawler's CPU ("nginx ÷ crawler CPU"): the crawler is the bottleneck. The
   garbage collector is about a third of stock Scrapy's own CPU on these crawls ("GC
-  ms/page": 1.1 to 1.5 of stock's 3.3 to 3.9 ms per page in the 2026-12-02 14:45 run).
+  ms/page": 1.1 to 1.5 of stock's 3.3 to 3.9 ms per page in the 2026-12-02 14:35 to 15:05 runs).
   "CPU ms/page" is the crawler child's user + system time from its resource usage at exit,
   less what it had used when the spider opened; "marginal" is the slope of its whole CPU
   between two crawl sizes (what one more page costs, start-up and close apart); "start-up
@@ -294,15 +294,17 @@ READING = """## Reading the figures
   crawl against 1.61 with the writer apart), the writer thread's reading, row building and
   upserts of the cycle's three events most of the rest, and the store's import and schema
   check once, with the first failure ("fixed +" 0.72 s lean, 0.61 suite, start-up + 0.23
-  and 0.12 s). Every variant made the same number of full collections (22 per 2,000-page
-  crawl lean, 23 to 24 suite): with the store each one walks a larger heap (heap below).
+  and 0.12 s). Stock and the in-crawl writer made about as many full collections (22
+  per 2,000-page crawl lean, 23 and 24 suite): with the store each one walks a larger
+  heap (heap below).
   The round before named the reference cycles of a parked 503 as a second cause: a
   parked request leaves Scrapy's downloader the way Scrapy's own idiom says, by raising
   an `IgnoreRequest` (`RequestParked`, which the request's errback receives), and its
   traceback ties frames, Twisted Failures, Deferreds and the 503 response into cycles
   that only the collector frees (stock returns the retry request from `process_response`,
-  raising nothing). Measured apart here, they cost 0.11 ms per final page (1.61 against
-  stock's 1.50), so they are kept: a different way out would change what a project's
+  raising nothing). Measured apart here, they cost at most 0.11 ms per final page (the
+  collector's 1.61 with the writer apart against stock's 1.50, which holds every other
+  object the add-on makes too), so they are kept: a different way out would change what a project's
   errback sees. The rest of the crawl's side (the park: plan and envelope; the claim's
   rebuilding of the request, about a third of it Scrapy's own `request_from_dict`; the
   ack and its reports; the Redis thread's scripts; a second pass through Scrapy's
@@ -313,10 +315,12 @@ READING = """## Reading the figures
   target (0.75 lean, 0.73 suite; target 1.5).
 - **heap.** After a crawl's modules, a fresh interpreter tracks about 67,900 objects and a
   full collection takes 39 ms of CPU on this quiet machine; the store writer's modules
-  add 20,600 (18,100 of them SQLAlchemy's core) and make it 56 ms. A SQLite store no
-  longer imports SQLAlchemy's PostgreSQL dialect (its JSON columns ask for JSONB only
-  when a PostgreSQL engine compiles them): 5,800 tracked objects fewer than the 26,400 of
-  the round before. This is the collector's share of the in-crawl writer's cost under
+  add 20,600 (18,100 of them SQLAlchemy's core) and make it 56 ms. A SQLite store whose
+  schema exists no longer imports SQLAlchemy's PostgreSQL dialect (its JSON columns ask
+  for JSONB only when a PostgreSQL engine compiles them): 5,800 tracked objects fewer
+  than the 26,400 of the round before. A crawl that creates or upgrades the schema still
+  loads it, with Alembic (about 20,000 objects of its own), whose DDL package imports
+  every dialect's. This is the collector's share of the in-crawl writer's cost under
   deadletters and retry.
 - **hiredis.** Measured in-process, parser against parser on the same data: hiredis
   parses the store writer's reads (events and their envelopes) at about a fifth of the

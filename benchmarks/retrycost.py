@@ -111,6 +111,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
             stock_retry = big[("stock", "retry")]
             figures[f"{prefix}writer proc CPU ms/final page"] = apart.cpu_ms_per_page
             figures[f"{prefix}writer proc GC ms/final page"] = gc_ms_per_page(apart)
+            figures[f"{prefix}writer proc full collections"] = apart.stats.get("bench/gc_n/gen2", 0)
             figures[f"{prefix}writer proc ÷ stock CPU/final page"] = (
                 apart.cpu_ms_per_page / stock_retry.cpu_ms_per_page
             )

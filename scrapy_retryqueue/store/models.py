@@ -47,11 +47,15 @@ class JsonColumn(TypeDecorator[Any]):
     SQLAlchemy's whole PostgreSQL dialect (about 5,700 objects), imported with
     the table, which would put them on the heap of every crawl writing a SQLite
     store, for the collector to walk at every full collection. A PostgreSQL
-    engine has imported the dialect already when it asks for the type.
+    engine has imported the dialect already when it asks for the type. (Creating
+    or upgrading the schema still loads it: Alembic's DDL package imports every
+    dialect's.)
     """
 
     impl = JSON(none_as_null=True)
     cache_ok = True
+    #: As JSON's: a JSON value (a dict) is no hashable Python object.
+    hashable = False
 
     def load_dialect_impl(self, dialect: Any) -> TypeEngine[Any]:
         if dialect.name == "postgresql":

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     Column,
     DateTime,
     MetaData,
@@ -370,7 +369,7 @@ def _write_type(column: Any) -> Any:
     # it, not decoded and encoded again), datetimes already in UTC.
     if isinstance(column.type, UTCDateTime):
         return DateTime(timezone=True)
-    if isinstance(column.type, (JSON, JsonColumn)):
+    if isinstance(column.type, JsonColumn):
         return Text()
     return column.type
 
