@@ -5,8 +5,8 @@ crawler, Twisted's asyncio reactor, the add-on's extension, middlewares and
 store extension), then the modules a crawl's store writer loads with its
 first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core and
 the store's own modules; SQLAlchemy's PostgreSQL dialect only comes with a
-PostgreSQL store's engine, or with Alembic when a crawl creates the schema). After each step it counts the
-objects the collector tracks and times a full collection (``gc.collect()``,
+PostgreSQL store's engine, or with Alembic when a crawl creates the schema).
+After each step it counts the objects the collector tracks and times a full collection (``gc.collect()``,
 the best of 7, this thread's CPU). A crawl makes a full collection about every
 tenth second-generation one (29 to 31 in each 3,000-page 404 crawl at the lean
 baseline, with the store on or off, counted with ``gc.callbacks``), so "store

@@ -80,43 +80,34 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                         key = "retry/count" if variant == "stock" else "retryqueue/recovered"
                         assert cost.stats.get(key) == size, cost.stats
             big = paired[large]
-            for variant in ("stock", "ours"):
-                healthy = big[(variant, "healthy")].cpu_ms_per_page
-                retry = big[(variant, "retry")].cpu_ms_per_page
-                figures[f"{prefix}{variant} healthy CPU ms/page"] = healthy
-                figures[f"{prefix}{variant} CPU ms/final page"] = retry
+            for variant in ("stock", "ours", "writer proc"):
+                small_retry, retry = paired[small][(variant, "retry")], big[(variant, "retry")]
+                figures[f"{prefix}{variant} CPU ms/final page"] = retry.cpu_ms_per_page
                 figures[f"{prefix}{variant} marginal ms/final page"] = marginal_ms(
-                    paired[small][(variant, "retry")], big[(variant, "retry")]
+                    small_retry, retry
                 )
-                figures[f"{prefix}{variant} GC ms/final page"] = gc_ms_per_page(
-                    big[(variant, "retry")]
-                )
-                figures[f"{prefix}{variant} full collections"] = big[(variant, "retry")].stats.get(
+                figures[f"{prefix}{variant} GC ms/final page"] = gc_ms_per_page(retry)
+                figures[f"{prefix}{variant} full collections"] = retry.stats.get(
                     "bench/gc_n/gen2", 0
                 )
-                figures[f"{prefix}{variant} CPU ms/retried request"] = retry - healthy
-                figures[f"{prefix}{variant} retry ÷ healthy page"] = (retry - healthy) / healthy
-            figures[f"{prefix}ours ÷ stock CPU/final page"] = (
-                figures[f"{prefix}ours CPU ms/final page"]
-                / figures[f"{prefix}stock CPU ms/final page"]
-            )
-            figures[f"{prefix}ours ÷ stock marginal"] = (
-                figures[f"{prefix}ours marginal ms/final page"]
-                / figures[f"{prefix}stock marginal ms/final page"]
-            )
+                if variant == "stock":
+                    continue
+                for ratio, figure in (
+                    ("CPU/final page", "CPU ms/final page"),
+                    ("marginal", "marginal ms/final page"),
+                ):
+                    figures[f"{prefix}{variant} ÷ stock {ratio}"] = (
+                        figures[f"{prefix}{variant} {figure}"] / figures[f"{prefix}stock {figure}"]
+                    )
+            for variant in ("stock", "ours"):
+                healthy = big[(variant, "healthy")].cpu_ms_per_page
+                retry_ms = figures[f"{prefix}{variant} CPU ms/final page"]
+                figures[f"{prefix}{variant} healthy CPU ms/page"] = healthy
+                figures[f"{prefix}{variant} CPU ms/retried request"] = retry_ms - healthy
+                figures[f"{prefix}{variant} retry ÷ healthy page"] = (retry_ms - healthy) / healthy
             apart_small, apart = (
                 paired[small][("writer proc", "retry")],
                 big[("writer proc", "retry")],
-            )
-            stock_retry = big[("stock", "retry")]
-            figures[f"{prefix}writer proc CPU ms/final page"] = apart.cpu_ms_per_page
-            figures[f"{prefix}writer proc GC ms/final page"] = gc_ms_per_page(apart)
-            figures[f"{prefix}writer proc full collections"] = apart.stats.get("bench/gc_n/gen2", 0)
-            figures[f"{prefix}writer proc ÷ stock CPU/final page"] = (
-                apart.cpu_ms_per_page / stock_retry.cpu_ms_per_page
-            )
-            figures[f"{prefix}writer proc ÷ stock marginal"] = (
-                marginal_ms(apart_small, apart) / figures[f"{prefix}stock marginal ms/final page"]
             )
             figures[f"{prefix}writer CPU ms/retried request"] = (
                 apart.stats["bench/writer_cpu"] / large * 1000

@@ -62,7 +62,7 @@ class JsonColumn(TypeDecorator[Any]):
             from sqlalchemy.dialects.postgresql import JSONB
 
             return dialect.type_descriptor(JSONB(none_as_null=True))
-        return dialect.type_descriptor(JSON(none_as_null=True))
+        return super().load_dialect_impl(dialect)
 
 
 Json = JsonColumn()
