@@ -38,6 +38,7 @@ from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.sync import EventSync
+from scrapy_retryqueue.store.upsert import write_table
 from scrapy_retryqueue.store.writer import (
     COLUMNS,
     ENVELOPE_FROM_DEAD,
@@ -45,7 +46,6 @@ from scrapy_retryqueue.store.writer import (
     build_batch,
     parse_entries,
     parse_envelope,
-    write_table,
 )
 
 REDIS_URL = os.environ.get("RETRYQUEUE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")

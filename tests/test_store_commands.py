@@ -25,7 +25,8 @@ from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.export import csv_cell, escape_cell
-from scrapy_retryqueue.store.writer import Event, apply_batch, build_batch
+from scrapy_retryqueue.store.upsert import apply_batch
+from scrapy_retryqueue.store.writer import Event, build_batch
 
 from .storecli import Result, scrapy
 

@@ -25,7 +25,7 @@ import redis
 from sqlalchemy import select
 
 import scrapy_retryqueue.store.sync as sync_module
-import scrapy_retryqueue.store.writer as writer_module
+import scrapy_retryqueue.store.upsert as upsert_module
 from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
@@ -373,12 +373,12 @@ def _fast_and_sqlalchemy_rows(
         sync.spider = spider
         batch = sync.build(parse_entries(spider, entries))
         with store.begin() as conn:
-            applied = writer_module.apply_batch(conn, batch)
+            applied = upsert_module.apply_batch(conn, batch)
         assert len(applied) == batch.rows == 6  # e: its death, then its new life
         return {k: {**r, "id": None, "spider": None} for k, r in rows(store, spider).items()}
 
     fast = written("fast-path")
-    monkeypatch.setattr(writer_module, "_FAST_UPSERTS", {})
+    monkeypatch.setattr(upsert_module, "_FAST_UPSERTS", {})
     return fast, written("sqlalchemy")
 
 
@@ -445,9 +445,9 @@ def test_a_sqlite_batch_over_its_parameter_limit_spans_statements(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Two rows' parameters (27 columns each) and the statement's 12 constants.
-    monkeypatch.setattr(writer_module, "_SQLITE_MAX_PARAMS", 27 * 2 + 12)
+    monkeypatch.setattr(upsert_module, "_SQLITE_MAX_PARAMS", 27 * 2 + 12)
     statements: list[str] = []
-    real = writer_module._upsert_sqlite
+    real = upsert_module._upsert_sqlite
 
     def traced(conn: Any, rows: list[dict[str, Any]]) -> Any:
         conn.connection.driver_connection.set_trace_callback(statements.append)
@@ -456,7 +456,7 @@ def test_a_sqlite_batch_over_its_parameter_limit_spans_statements(
         finally:
             conn.connection.driver_connection.set_trace_callback(None)
 
-    monkeypatch.setitem(writer_module._FAST_UPSERTS, ("sqlite", "pysqlite"), traced)
+    monkeypatch.setitem(upsert_module._FAST_UPSERTS, ("sqlite", "pysqlite"), traced)
     fast, plain = _fast_and_sqlalchemy_rows(store, queue, make_task, make_sync, monkeypatch)
     assert fast == plain
     upserts = [sql for sql in statements if sql.startswith("INSERT INTO retryqueue_tasks")]

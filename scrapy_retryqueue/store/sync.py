@@ -31,6 +31,7 @@ from ..events import DEAD, ID, KIND, TS, TYPE
 from ..values import now_ms
 from .db import Store, describe_db_error, is_connection_error
 from .redisops import EventStream
+from .upsert import apply_batch, sweep_statement
 from .writer import (
     ENVELOPE_FROM_DEAD,
     ENVELOPE_FROM_TASKS,
@@ -38,13 +39,11 @@ from .writer import (
     Batch,
     EnvelopeDoc,
     Event,
-    apply_batch,
     build_batch,
     ms_to_datetime,
     parse_entries,
     parse_envelope,
     stored_deaths,
-    sweep_statement,
 )
 
 logger = logging.getLogger(__name__)
