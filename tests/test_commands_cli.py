@@ -25,7 +25,12 @@ import pytest
 import redis
 
 from scrapy_retryqueue.commands import deadletters, retryqueue
-from scrapy_retryqueue.commands._common import EXIT_CODES, subparsers_of
+from scrapy_retryqueue.commands._common import (
+    EXIT_CODES,
+    CommandFailed,
+    one_line_errors,
+    subparsers_of,
+)
 from scrapy_retryqueue.keys import all_keys, keys_for
 
 from .storecli import scrapy
@@ -43,6 +48,24 @@ def options_of(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 # -- help ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (redis.ConnectionError("Error 111 connecting"), "ConnectionError: Error 111 connecting"),
+        (ConnectionRefusedError("refused"), "ConnectionRefusedError: refused"),
+    ],
+)
+def test_a_redis_or_socket_error_becomes_one_line(error: Exception, line: str) -> None:
+    with pytest.raises(CommandFailed) as caught, one_line_errors():
+        raise error
+    assert str(caught.value) == line
+
+
+def test_a_bug_is_not_turned_into_a_line() -> None:
+    with pytest.raises(KeyError), one_line_errors():
+        raise KeyError("bug")
 
 
 def test_every_subcommand_is_listed() -> None:

@@ -14,7 +14,7 @@ from scrapy.http import HtmlResponse
 from scrapy_retryqueue import defaults
 from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime
+from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime, reporting
 from scrapy_retryqueue.runtime.planner import retries_so_far
 
 from .runtimes import plan_of, unopened_runtime
@@ -227,6 +227,46 @@ def test_dead_letters_past_the_log_limit_go_to_debug_said_once_and_counted(
     assert _stat(runtime, "retryqueue/dead_log_debug/server_error") is None
     [table] = [r for r in caplog.records if "retries by kind:" in r.getMessage()]
     assert "DEAD_LOG_LIMIT=3 per kind: forbidden 7" in table.getMessage()
+
+
+class _Kept(logging.Handler):
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.kept: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record.levelno)
+
+
+def test_a_debug_line_no_handler_keeps_is_not_even_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Scrapy's set-up: the logger lets everything through, its one handler
+    # filters at LOG_LEVEL. pytest's own handlers take every level, so the
+    # reporter logs to a hierarchy of its own here.
+    isolated = logging.Logger(reporting.__name__)
+    handler = _Kept(logging.WARNING)
+    isolated.addHandler(handler)
+    built: list[int] = []
+    isolated.addFilter(lambda record: built.append(record.levelno) or True)
+    monkeypatch.setattr(reporting, "logger", isolated)
+    runtime = _runtime(tmp_path, RETRYQUEUE_DEAD_LOG_LIMIT=1)
+
+    def dead(n: int) -> None:
+        request = scrapy.Request(f"http://example.com/{n}")
+        runtime.reporter.planned(plan_of(runtime, request, FORBIDDEN), Outcome.DEAD)
+
+    for n in range(5):
+        dead(n)
+    # The line within the limit and the notice past it; no record for the rest.
+    assert built == handler.kept == [logging.WARNING, logging.WARNING]
+    assert _stat(runtime, "retryqueue/dead_log_debug/forbidden") == 4
+    handler.setLevel(logging.DEBUG)  # a handler that keeps DEBUG is heard at once
+    dead(5)
+    assert handler.kept[-1] == logging.DEBUG
+    isolated.propagate, isolated.handlers = True, []  # no handler at all: the last resort
+    assert not reporting._kept(logging.DEBUG)
+    assert reporting._kept(logging.WARNING)
 
 
 def test_a_dead_log_limit_of_zero_logs_every_dead_letter_at_debug(

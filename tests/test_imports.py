@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,12 @@ HEAVY = (
 )
 
 
-def loaded_after(code: str) -> list[str]:
-    """The HEAVY modules in sys.modules after running *code* in a new interpreter."""
+def loaded_after(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The *heavy* modules in sys.modules after running *code* in a new interpreter."""
     probe = (
         "import json, sys\n"
         f"{code}\n"
-        f"heavy = {HEAVY!r}\n"
+        f"heavy = {heavy!r}\n"
         "print(json.dumps(sorted(m for m in sys.modules"
         " if any(m == h or m.startswith(h + '.') for h in heavy))))\n"
     )
@@ -67,6 +68,18 @@ def loaded_after(code: str) -> list[str]:
 
 def test_importing_the_package_loads_nothing_heavy() -> None:
     assert loaded_after("import scrapy_retryqueue") == []
+
+
+def test_loading_the_commands_loads_no_client() -> None:
+    # Scrapy loads every entry-point command for any ``scrapy`` run, a stock
+    # crawl included: what they import, every run of the project pays.
+    code = "\n".join(
+        f"from importlib import import_module; import_module({ep.module!r}).{ep.attr}"
+        for ep in entry_points(group="scrapy.commands")
+        if ep.value.startswith("scrapy_retryqueue.")
+    )
+    assert code
+    assert loaded_after(code, ("redis", "sqlalchemy", "scrapy_retryqueue.store")) == []
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any, NoReturn
 
-import redis
 from scrapy.commands import ScrapyCommand
 
 from ..exceptions import RetryQueueError
@@ -119,13 +118,24 @@ def one_line_errors() -> Iterator[None]:
         raise  # BrokenPipeError: the reader of our output is gone (Command.run)
     except RetryQueueError as exc:  # a bad setting or filter, the store, the embedded server
         raise CommandFailed(str(exc)) from None
-    except (redis.RedisError, OSError) as exc:
+    except OSError as exc:
         raise CommandFailed(f"{type(exc).__name__}: {exc}") from None
     except Exception as exc:
+        if _is_redis_error(exc):
+            raise CommandFailed(f"{type(exc).__name__}: {exc}") from None
         database_error = _database_error(exc)
         if database_error is None:
             raise
         raise CommandFailed(f"database error: {database_error}") from None
+
+
+def _is_redis_error(exc: Exception) -> bool:
+    # Looked up, not imported: Scrapy loads every entry-point command for any
+    # ``scrapy`` run (a stock crawl, ``scrapy list``), and importing redis here
+    # cost each of them about 60 ms. Only a command that opened a client can
+    # raise one, and redis is loaded then.
+    redis = sys.modules.get("redis")
+    return redis is not None and isinstance(exc, redis.RedisError)
 
 
 def _database_error(exc: Exception) -> str | None:
