@@ -1,8 +1,8 @@
 """13. The heap every full garbage collection walks: a crawler's modules, and what the store adds.
 
-A fresh interpreter imports what a crawl with the add-on imports (Scrapy's
-crawler, Twisted's asyncio reactor, the add-on's extension, middlewares and
-store extension), then the modules a crawl's store writer loads with its
+A fresh interpreter imports what a stock crawl imports (Scrapy's crawler,
+Twisted's asyncio reactor), then what the add-on adds to a crawl (redis-py, the
+add-on's extension, middlewares and store extension: "crawl modules"), then the modules a crawl's store writer loads with its
 first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core and
 the store's own modules; SQLAlchemy's PostgreSQL dialect only comes with a
 PostgreSQL store's engine, or with Alembic when a crawl creates the schema).
@@ -35,13 +35,16 @@ def full():
         best = took if best is None else min(best, took)
     return len(gc.get_objects()), best * 1000
 import scrapy.crawler, twisted.internet.asyncioreactor
+stock = full()
+import redis
+client = full()
 import scrapy_retryqueue.extension, scrapy_retryqueue.middleware, scrapy_retryqueue.storeext
 crawl = full()
 import sqlalchemy
 core = full()
 import scrapy_retryqueue.store.service
 store = full()
-print(json.dumps({"crawl": crawl, "core": core, "store": store}))
+print(json.dumps({"stock": stock, "client": client, "crawl": crawl, "core": core, "store": store}))
 """
 
 
@@ -50,12 +53,18 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     steps = json.loads(out.strip().splitlines()[-1])
+    (stock_objects, stock_ms), (client_objects, _) = steps["stock"], steps["client"]
     (crawl_objects, crawl_ms), (core_objects, _), (store_objects, store_ms) = (
         steps["crawl"],
         steps["core"],
         steps["store"],
     )
     return {
+        "stock modules: tracked objects": stock_objects,
+        "stock modules: full collection ms": stock_ms,
+        "+ add-on: tracked objects": crawl_objects - stock_objects,
+        "+ add-on: of them redis-py's": client_objects - stock_objects,
+        "add-on ms per full collection": crawl_ms - stock_ms,
         "crawl modules: tracked objects": crawl_objects,
         "crawl modules: full collection ms": crawl_ms,
         "+ store: tracked objects": store_objects - crawl_objects,
