@@ -249,13 +249,16 @@ READING = """## Reading the figures
   That is the 0.01 to 0.03 above the target. A healthy crawl never loads the store; its
   writer thread only waits for work (one or two reads of Redis per
   RETRYQUEUE_STORE_INTERVAL).
-- **deadletters.** Crawls of 500 and 2,000 pages (pages/s from the 2,000-page ones). With
-  the store writer off (the fleet set-up's crawl): CPU per page 1.11 (404) and 1.12 (403)
-  lean, 1.11 and 1.13 suite; marginal 1.10 to 1.13; pages/s 0.88 and 0.89 lean, 0.85 and
-  0.89 suite. **Missed with the writer as its own process** (target 1.05): the crawl's CPU
-  1.11 and 1.12 lean, 1.10 and 1.09 suite, marginal 1.10 to 1.12; pages/s 0.90 and 0.83
-  lean, 0.88 and 0.91 suite (those crawls share the two cores with their writer process).
-  That crawl is the store-off crawl, so what stands between it and 1.05 is the crawl's own
+- **deadletters.** Crawls of 500 and 2,000 pages (pages/s from the 2,000-page ones; this
+  section and retry ran again at 11:19 to 11:29, with the collector's time now read from
+  the collecting thread's CPU: process time also counted the store writer's sqlite3 and
+  socket calls that go on in other threads meanwhile). With the store writer off (the
+  fleet set-up's crawl): CPU per page 1.14 (404) and 1.11 (403) lean, 1.10 and 1.12
+  suite; marginal 1.17, 1.11, 1.10, 1.12; pages/s 0.86 and 0.91 lean, 0.81 and 0.90 suite.
+  **Missed with the writer as its own process** (target 1.05): the crawl's CPU 1.11 and
+  1.11 lean, 1.12 and 1.11 suite, marginal 1.11 to 1.13; pages/s 0.85 and 0.92 lean, 0.85
+  and 0.88 suite (those crawls share the two cores with their writer process). That crawl
+  is the store-off crawl, so what stands between it and 1.05 is the crawl's own
   dead-letter path, about 0.2 to 0.27 ms per page against stock's 1.8: in-process, with
   the same requests (the fingerprint already cached by the dupefilter, as in a crawl), the
   plan (budget, decision, the request as JSON data) takes about 30 µs, the write (the
@@ -263,58 +266,62 @@ READING = """## Reading the figures
   (stats, the `retryqueue_dead` signal) about 15; the Redis thread's share of one
   pipelined script call per batch (about 18 dead letters a call in these crawls) 40 µs of
   its CPU; the Deferreds that carry each write and its outcome between the threads and
-  the collector's share (GC + 0.065 ms per page: the add-on's modules, as in overhead) the
-  rest. Each of those is tens of microseconds on this machine; none is a step that can go.
-  Until this run each dead letter past `RETRYQUEUE_DEAD_LOG_LIMIT` (and each parked retry)
-  also built a DEBUG log record that Scrapy's handler then dropped, about 20 µs: it is now
-  made only when a handler would keep it. The writer process used 0.45 to 0.50 ms of CPU
-  per dead letter from its start to its exit on 2,000 dead letters (its start dominates)
-  and 0.06 to 0.10 ms at the margin. **Missed with the writer in the crawl (SQLite)**: CPU
-  per page 1.29 (404) and 1.29 (403) lean, 1.28 and 1.27 suite; marginal 1.24, 1.25, 1.22,
-  1.21; pages/s 0.75, 0.72, 0.74, 0.75. Where that goes: the collector takes 0.21 to 0.26
-  ms per page more than stock's (the store off: 0.06 to 0.08), and the writer thread's
-  work the rest: about 0.23 ms per dead letter (events and envelopes read, rows built, one
-  upsert through sqlite3 itself, 42 to 51 µs a row, and one script call per batch of up
-  to 500), plus the import once (SQLAlchemy and the store, holding the GIL mid-crawl,
-  which is what costs its pages/s). The store's import adds 20,600 tracked objects to the
-  crawler's heap (the heap section), and every full collection walks them. What would
-  reach the target: the writer's work out of the crawl's process. The writer as its own
-  process does that today (its crawl costs what the store-off crawl costs); a writer
-  process the crawl starts and stops itself would make that the default; an in-crawl
-  writer on the database driver alone (sqlite3 or psycopg2, its statements compiled
-  ahead, as the two fast upserts already are) would keep SQLAlchemy off the heap but not
-  the thread's work off the GIL. Neither is built. `gc.freeze()` once the store is loaded
-  would take its objects out of every full collection, but with every other object alive
-  at that moment: a process-wide choice left to the project (see capacity). orjson and
-  msgspec were measured for the envelope in an earlier round, as hiredis was: about 5 µs
-  per dead letter of 3,400, within noise, so the envelope keeps `json`. The 403 crawl
-  writes `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind) WARNING lines, then one that says the
-  rest go to DEBUG. "close s" (last response to close) is 0.07 to 0.50 s (medians).
+  the collector's share (GC + 0.03 to 0.09 ms per page: the add-on's modules, as in
+  overhead) the rest. Each of those is tens of microseconds on this machine; none is a
+  step that can go. Until this run each dead letter past `RETRYQUEUE_DEAD_LOG_LIMIT` (and
+  each parked retry) also built a DEBUG log record that Scrapy's handler then dropped,
+  about 20 µs: it is now made only when a handler would keep it. The writer process used
+  0.47 ms of CPU per dead letter from its start to its exit on 2,000 dead letters (0.46
+  to 0.48; its start dominates) and 0.05 to 0.10 ms at the margin. **Missed with the
+  writer in the crawl (SQLite)**: CPU per page 1.28 (404) and 1.29 (403) lean, 1.27 and
+  1.28 suite; marginal 1.26, 1.24, 1.24, 1.23; pages/s 0.75, 0.78, 0.72, 0.74. Where that
+  goes: the collector takes 0.18 to 0.24 ms per page more than stock's (the store off:
+  0.03 to 0.09), and the writer thread's work the rest: about 0.23 ms per dead letter
+  (events and envelopes read, rows built, one upsert through sqlite3 itself, 42 to 51 µs
+  a row, and one script call per batch of up to 500), plus the import once (SQLAlchemy
+  and the store, holding the GIL mid-crawl, which is what costs its pages/s; "fixed +"
+  0.25 to 0.38 s against 0.11 to 0.20 with the store off). The store's import adds 20,600
+  tracked objects to the crawler's heap (the heap section), 4.1 ms more for every full
+  collection; that explains about 0.05 ms per page of the collector's extra, and what the
+  writer's reads and batches hold while the crawl runs the rest. What would reach the
+  target: the writer's work out of the crawl's process. The writer as its own process
+  does that today (its crawl costs what the store-off crawl costs); a writer process the
+  crawl starts and stops itself would make that the default; an in-crawl writer on the
+  database driver alone (sqlite3 or psycopg2, its statements compiled ahead, as the two
+  fast upserts already are) would keep SQLAlchemy off the heap but not the thread's work
+  off the GIL. Neither is built. `gc.freeze()` once the store is loaded would take its
+  objects out of every full collection, but with every other object alive at that
+  moment: a process-wide choice left to the project (see capacity). orjson and msgspec
+  were measured for the envelope in an earlier round, as hiredis was: about 5 µs per dead
+  letter of 3,400, within noise, so the envelope keeps `json`. The 403 crawl writes
+  `RETRYQUEUE_DEAD_LOG_LIMIT` (20 per kind) WARNING lines, then one that says the rest go
+  to DEBUG. "close s" (last response to close) is 0.06 to 0.51 s (medians).
 - **retry.** Crawls of 500 and 2,000 pages that each answer 503 once, then 200, the five
-  crawls of a round side by side (2026-12-03, a quiet machine: stock's CPU per final page
-  2.83 ms lean). **Missed with the writer in the crawl**: CPU per final page 1.34 of stock's
-  immediate in-memory retry at the lean baseline (1.32 to 1.34), marginal 1.33 (1.29 to
-  1.33); at the suite's 1.30 and 1.27 (target 1.25). **Met with the writer as its own
-  process** (the fleet set-up, the store off in the crawl): the crawl's CPU per final page
-  1.17 lean (1.16 to 1.19) and 1.13 suite, marginal 1.18 and 1.12. That process used 0.52
-  ms of CPU per retried request from its start to its exit on 2,000 of them (its start
-  dominates) and 0.14 ms at the margin (0.15 suite); the crawl and the writer together cost
-  close to what the in-crawl writer costs (3.30 + 0.14 against 3.67 ms marginal per final
-  page, lean): the process moves the work off the crawl's core and GIL more than it
-  removes it. So the store is the miss: 0.41 ms of the 0.95 ms per final page ours costs
-  more than stock at the lean baseline. Of that, the collector takes 0.22 ms ("GC ms/final
-  page" 1.06 in the crawl against 0.84 with the writer apart), the writer thread's
-  reading, row building and upserts of the cycle's three events most of the rest, and the
-  store's import and schema check once, with the first failure. Stock and the in-crawl
-  writer made about as many full collections (22 and 23 per 2,000-page crawl lean, 23 and
-  25 suite): with the store each one walks a larger heap (heap below).
+  crawls of a round side by side (2026-12-03 11:19 to 11:29, a quiet machine: stock's CPU
+  per final page 2.8 ms lean). **Missed with the writer in the crawl**: CPU per final page
+  1.34 of stock's immediate in-memory retry at the lean baseline (1.33 to 1.36), marginal
+  1.31 (1.30 to 1.34); at the suite's 1.30 and 1.28 (target 1.25). **Met with the writer
+  as its own process** (the fleet set-up, the store off in the crawl): the crawl's CPU per
+  final page 1.17 lean (1.17 to 1.19) and 1.15 suite, marginal 1.19 and 1.15. That process
+  used 0.52 ms of CPU per retried request from its start to its exit on 2,000 of them (its
+  start dominates) and 0.12 ms at the margin (0.13 suite); the crawl and the writer
+  together cost close to what the in-crawl writer costs (3.18 + 0.12 against 3.54 ms
+  marginal per final page, lean): the process moves the work off the crawl's core and GIL
+  more than it removes it. So the store is the miss: 0.43 ms of the 0.92 ms per final page
+  ours costs more than stock at the lean baseline. Of that, the collector takes 0.19 ms
+  ("GC ms/final page" 0.99 in the crawl against 0.80 with the writer apart), the writer
+  thread's reading, row building and upserts of the cycle's three events most of the
+  rest, and the store's import and schema check once, with the first failure ("fixed +"
+  0.33 s lean, 0.30 suite; start-up + 0.16 and 0.17 s). Stock and the in-crawl writer
+  made about as many full collections (22 and 23 per 2,000-page crawl lean, 24 and 24
+  suite): with the store each one walks a larger heap (heap below).
   The round before named the reference cycles of a parked 503 as a second cause: a
   parked request leaves Scrapy's downloader the way Scrapy's own idiom says, by raising
   an `IgnoreRequest` (`RequestParked`, which the request's errback receives), and its
   traceback ties frames, Twisted Failures, Deferreds and the 503 response into cycles
   that only the collector frees (stock returns the retry request from `process_response`,
-  raising nothing). Measured apart here, they cost at most 0.13 ms per final page (the
-  collector's 0.84 with the writer apart against stock's 0.72, which holds every other
+  raising nothing). Measured apart here, they cost at most 0.10 ms per final page (the
+  collector's 0.80 with the writer apart against stock's 0.71, which holds every other
   object the add-on makes too, its modules' included), so they are kept: a different way out would change what a project's
   errback sees. The rest of the crawl's side (the park: plan and envelope; the claim's
   rebuilding of the request, about a third of it Scrapy's own `request_from_dict`; the
@@ -323,7 +330,7 @@ READING = """## Reading the figures
   with the writer in the crawl: the writer's work out of the crawl's process, as a child
   process the crawl starts (the fleet set-up's writer, started and stopped by the crawl):
   not built. The older figure, a retried request against a healthy page, meets its
-  target (0.67 lean, 0.64 suite; target 1.5).
+  target (0.70 lean, 0.62 suite; target 1.5).
 - **heap.** Stock Scrapy's crawl modules (its crawler and Twisted's asyncio reactor) leave
   a fresh interpreter tracking about 53,400 objects, and a full collection takes 8.5 ms of
   CPU on this quiet machine; the modules the add-on adds to every crawl add 14,500 (11,700

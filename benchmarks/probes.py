@@ -56,13 +56,16 @@ class StatsDump:
         return probe
 
     def _gc_timer(self, phase: str, info: dict[str, Any]) -> None:
+        # The collecting thread's CPU, not the process's: while it collects, the
+        # store writer's sqlite3 or socket calls (which release the GIL) go on in
+        # other threads, and process time would count them as the collector's.
         if phase == "start":
-            self._gc_started = time.process_time()
+            self._gc_started = time.thread_time()
         else:
             generation = info["generation"]
             key = f"bench/gc_s/gen{generation}"
             self.gc_seconds[key] = self.gc_seconds.get(key, 0.0) + (
-                time.process_time() - self._gc_started
+                time.thread_time() - self._gc_started
             )
             self.gc_counts[generation] += 1
 
