@@ -1,7 +1,8 @@
 """13. The heap every full garbage collection walks: a crawler's modules, and what the store adds.
 
 A fresh interpreter imports what a stock crawl imports (Scrapy's crawler,
-Twisted's asyncio reactor), then what the add-on adds to a crawl (redis-py, the
+Twisted's asyncio reactor, and the add-on's entry-point commands, which Scrapy
+loads for any run where the package is installed), then what the add-on adds to a crawl (redis-py, the
 add-on's extension, middlewares and store extension: "crawl modules"), then the modules a crawl's store writer loads with its
 first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core and
 the store's own modules; SQLAlchemy's PostgreSQL dialect only comes with a
@@ -35,6 +36,8 @@ def full():
         best = took if best is None else min(best, took)
     return len(gc.get_objects()), best * 1000
 import scrapy.crawler, twisted.internet.asyncioreactor
+# Scrapy loads every installed entry-point command for any run, a stock one too.
+import scrapy_retryqueue.commands.retryqueue, scrapy_retryqueue.commands.deadletters
 stock = full()
 import redis
 client = full()

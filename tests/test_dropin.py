@@ -261,12 +261,24 @@ def test_a_debug_line_no_handler_keeps_is_not_even_built(
     # The line within the limit and the notice past it; no record for the rest.
     assert built == handler.kept == [logging.WARNING, logging.WARNING]
     assert _stat(runtime, "retryqueue/dead_log_debug/forbidden") == 4
+    parked = plan_of(runtime, scrapy.Request("http://example.com/parked"), SERVER_ERROR)
+    runtime.reporter.planned(parked, Outcome.PARKED)  # its DEBUG line: not built either
+    assert built == [logging.WARNING, logging.WARNING]
+    assert _stat(runtime, "retryqueue/scheduled") == 1
     handler.setLevel(logging.DEBUG)  # a handler that keeps DEBUG is heard at once
     dead(5)
     assert handler.kept[-1] == logging.DEBUG
     isolated.propagate, isolated.handlers = True, []  # no handler at all: the last resort
     assert not reporting._kept(logging.DEBUG)
     assert reporting._kept(logging.WARNING)
+    # A parent's handler counts only while the logger propagates to it.
+    parent = logging.Logger("parent")
+    parent.addHandler(_Kept(logging.DEBUG))
+    isolated.parent, isolated.handlers = parent, [handler]
+    handler.setLevel(logging.WARNING)
+    assert reporting._kept(logging.DEBUG)
+    isolated.propagate = False
+    assert not reporting._kept(logging.DEBUG)
 
 
 def test_a_dead_log_limit_of_zero_logs_every_dead_letter_at_debug(

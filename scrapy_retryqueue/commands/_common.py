@@ -134,8 +134,8 @@ def _is_redis_error(exc: Exception) -> bool:
     # ``scrapy`` run (a stock crawl, ``scrapy list``), and importing redis here
     # cost each of them about 60 ms. Only a command that opened a client can
     # raise one, and redis is loaded then.
-    redis = sys.modules.get("redis")
-    return redis is not None and isinstance(exc, redis.RedisError)
+    error = getattr(sys.modules.get("redis"), "RedisError", None)
+    return isinstance(error, type) and isinstance(exc, error)
 
 
 def _database_error(exc: Exception) -> str | None:

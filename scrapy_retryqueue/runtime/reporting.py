@@ -44,7 +44,10 @@ def _kept(level: int) -> bool:
     crawl of 404s at LOG_LEVEL INFO paid once per dead letter, and a retry
     cycle once per parked request. Walking the handlers costs about a
     microsecond; a handler added later (pytest's caplog, a LOG_FILE) is seen
-    by the next line.
+    by the next line. What it cannot see: a logger filter that raises a
+    record's level, or a ``callHandlers`` patched to see every record (an
+    error tracker's breadcrumbs); for those, DEBUG lines are kept only when
+    some handler takes DEBUG.
     """
     if not logger.isEnabledFor(level):
         return False
