@@ -244,7 +244,8 @@ READING = """## Reading the figures
   `process_response`'s classification of the status and two dictionary lookups (the
   breaker's cooling domains, the request's task meta), nothing else; but the modules the
   add-on needs loaded, redis-py's 11,700 tracked objects and its own 2,600 (heap section),
-  make each full collection 2.9 ms longer (2.2 to 3.3), and these crawls make one every 90 pages or so:
+  make each full collection 2.7 ms longer (2.2 to 3.3 over
+  the day's heap runs), and these crawls make one every 90 pages or so:
   "GC +" 0.035 ms per page with the store on, 0.06 off (0.02 to 0.09), against stock's 2.0.
   That is the 0.01 to 0.03 above the target. A healthy crawl never loads the store; its
   writer thread only waits for work (one or two reads of Redis per
@@ -281,7 +282,7 @@ READING = """## Reading the figures
   a row, and one script call per batch of up to 500), plus the import once (SQLAlchemy
   and the store, holding the GIL mid-crawl, which is what costs its pages/s; "fixed +"
   0.25 to 0.38 s against 0.11 to 0.20 with the store off). The store's import adds 20,600
-  tracked objects to the crawler's heap (the heap section), 4.4 ms more for every full
+  tracked objects to the crawler's heap (the heap section), 4.4 to 5.7 ms more for every full
   collection; that explains about 0.05 ms per page of the collector's extra, and what the
   writer's reads and batches hold while the crawl runs the rest. What would reach the
   target: the writer's work out of the crawl's process. The writer as its own process
@@ -333,11 +334,12 @@ READING = """## Reading the figures
   target (0.70 lean, 0.62 suite; target 1.5).
 - **heap.** Stock Scrapy's crawl modules (its crawler, Twisted's asyncio reactor, and the
   add-on's entry-point commands, which Scrapy loads for any run) leave
-  a fresh interpreter tracking about 54,200 objects, and a full collection takes 9.0 ms of
+  a fresh interpreter tracking about 54,700 objects, and a full collection takes 9.8 ms of
   CPU on this quiet machine; the modules the add-on adds to every crawl add 14,300 (11,700
   of them redis-py's, whose package imports its asyncio, cluster and observability
-  modules with it) and 2.9 ms; the store writer's modules with its first dead letter add
-  20,600 more (18,100 of them SQLAlchemy's core) and 4.4 ms (12 to 16 ms). A SQLite store
+  modules with it) and 2.7 ms; the store writer's modules with its first dead letter add
+  20,600 more (18,100 of them SQLAlchemy's core) and 5.7 ms (12.5 to 18.2 ms; 4.4 in
+  the run before: these millisecond timings move by a fifth between runs). A SQLite store
   whose schema exists does not import SQLAlchemy's PostgreSQL dialect (its JSON columns
   ask for JSONB only when a PostgreSQL engine compiles them). A crawl that creates or
   upgrades the schema still loads it, with Alembic (about 20,000 objects of its own),

@@ -1,10 +1,11 @@
 """13. The heap every full garbage collection walks: a crawler's modules, and what the store adds.
 
 A fresh interpreter imports what a stock crawl imports (Scrapy's crawler,
-Twisted's asyncio reactor, and the add-on's entry-point commands, which Scrapy
-loads for any run where the package is installed), then what the add-on adds to a crawl (redis-py, the
-add-on's extension, middlewares and store extension: "crawl modules"), then the modules a crawl's store writer loads with its
-first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core and
+Twisted's asyncio reactor, and the installed entry-point commands, the
+add-on's among them, which Scrapy loads for any run), then what the add-on
+adds to a crawl (redis-py, the add-on's extension, middlewares and store
+extension: "crawl modules"), then the modules a crawl's store writer loads
+with its first dead letter (``scrapy_retryqueue.store.service``: SQLAlchemy's core and
 the store's own modules; SQLAlchemy's PostgreSQL dialect only comes with a
 PostgreSQL store's engine, or with Alembic when a crawl creates the schema).
 After each step it counts the objects the collector tracks and times a full collection (``gc.collect()``,
@@ -36,8 +37,9 @@ def full():
         best = took if best is None else min(best, took)
     return len(gc.get_objects()), best * 1000
 import scrapy.crawler, twisted.internet.asyncioreactor
-# Scrapy loads every installed entry-point command for any run, a stock one too.
-import scrapy_retryqueue.commands.retryqueue, scrapy_retryqueue.commands.deadletters
+from importlib.metadata import entry_points
+for command in entry_points(group="scrapy.commands"):  # as Scrapy does for any run
+    command.load()
 stock = full()
 import redis
 client = full()

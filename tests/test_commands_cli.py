@@ -47,7 +47,7 @@ def options_of(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
 
 
-# -- help ------------------------------------------------------------------------------
+# -- errors ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -66,6 +66,9 @@ def test_a_redis_or_socket_error_becomes_one_line(error: Exception, line: str) -
 def test_a_bug_is_not_turned_into_a_line() -> None:
     with pytest.raises(KeyError), one_line_errors():
         raise KeyError("bug")
+
+
+# -- help ------------------------------------------------------------------------------
 
 
 def test_every_subcommand_is_listed() -> None:

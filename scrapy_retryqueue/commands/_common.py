@@ -118,10 +118,8 @@ def one_line_errors() -> Iterator[None]:
         raise  # BrokenPipeError: the reader of our output is gone (Command.run)
     except RetryQueueError as exc:  # a bad setting or filter, the store, the embedded server
         raise CommandFailed(str(exc)) from None
-    except OSError as exc:
-        raise CommandFailed(f"{type(exc).__name__}: {exc}") from None
     except Exception as exc:
-        if _is_redis_error(exc):
+        if isinstance(exc, OSError) or _is_redis_error(exc):
             raise CommandFailed(f"{type(exc).__name__}: {exc}") from None
         database_error = _database_error(exc)
         if database_error is None:
