@@ -393,6 +393,9 @@ STORE_CLAIM_IDLE = 60.0
 STORE_SETTINGS: dict[str, Any] = {
     #: Run the store writer during crawls (needs RETRYQUEUE_ENABLED too).
     "RETRYQUEUE_STORE_ENABLED": True,
+    #: Run the crawl's store writer in a process forked from the crawl (False: in a
+    #: thread of the crawl's own process). Less CPU per event, more memory: store.md.
+    "RETRYQUEUE_STORE_PROCESS": False,
     #: SQLAlchemy URL (postgresql://user@host/db); None: SQLite under the embedded dir.
     "RETRYQUEUE_DATABASE_URL": None,
     #: Events written per database transaction, at most.

@@ -14,6 +14,12 @@ asked every RETRYQUEUE_STORE_INTERVAL), and only then are the store's modules
 (SQLAlchemy) imported and its schema checked: a healthy crawl never loads
 them, so its start and every garbage collection of its heap cost what they
 cost with the store off (docs/benchmarks.md, "overhead").
+
+With RETRYQUEUE_STORE_PROCESS the service runs in a process forked from the
+crawl as this extension is made (store/forked.py says why; an INFO line names it);
+the wait for the first work stays here. Where the crawl cannot fork (no
+fork(), other threads running already) the service runs in the thread, and an
+INFO line says so; a writer process that ends early is replaced by the thread.
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ from .runtime import runtime_if_any
 from .shutdown import ShutdownTrigger
 from .startup import mark_logged, stop_at_start
 from .store.config import StoreConfig, load_store_config, sqlite_path
+from .store.forked import ForkedWriter, WriterGone, can_fork
 from .writable import file_problem
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from scrapy import Spider
@@ -56,7 +64,7 @@ class RetryQueueStoreExtension:
         self.config = config
         self.store_config = store_config
         self.stats = crawler.stats
-        self.service: WriterService | None = None
+        self.service: WriterService | ForkedWriter | None = None
         self.spider_name: str | None = None
         #: Set when the reactor stops: the closing writes stop waiting for the database.
         self._shutdown = ShutdownTrigger("before", self._force)
@@ -69,6 +77,8 @@ class RetryQueueStoreExtension:
         self._stopping = threading.Event()
         #: The service is made, and the thread stopped, one at a time.
         self._service_lock = threading.Lock()
+        #: The forked writer process (RETRYQUEUE_STORE_PROCESS), until it ends.
+        self.writer: ForkedWriter | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
@@ -98,6 +108,8 @@ class RetryQueueStoreExtension:
                 f"cannot be written: {problem}"
             )
         ext = cls(crawler, config, store_config)
+        if store_config.process:
+            ext.fork_writer()
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
@@ -106,6 +118,43 @@ class RetryQueueStoreExtension:
     @property
     def database_url(self) -> str:
         return self.store_config.url_for(embedded_dir(self.config.embedded_dir))
+
+    def fork_writer(self) -> None:
+        """Fork the writer process now, while the crawl is single-threaded."""
+        reason = can_fork()
+        if reason is None:
+            try:
+                self.writer = ForkedWriter.fork(self._child_service)
+            except OSError as exc:
+                reason = f"fork() failed: {exc}"
+            else:
+                logger.info(
+                    "scrapy-retryqueue: the store writer runs in process %d, forked from the "
+                    "crawl (RETRYQUEUE_STORE_PROCESS)",
+                    self.writer.pid,
+                )
+                return
+        logger.info(
+            "scrapy-retryqueue: the store writer runs in a thread of the crawl, not in a "
+            "process of its own (RETRYQUEUE_STORE_PROCESS): %s",
+            reason,
+        )
+
+    def _child_service(self, spider_name: str, forward: Callable[[str, int], Any]) -> WriterService:
+        """In the forked process: the service, its counts sent to the crawl. The
+        crawl holds the embedded server, so here the client only connects."""
+        from .store.service import Counters, WriterService
+
+        directory = embedded_dir(self.config.embedded_dir)
+        return WriterService(
+            self.store_config,
+            database_url=self.database_url,
+            open_redis=lambda: client_for(self.config, embedded_directory=directory)[0],
+            consumer=self.config.node_id,
+            spiders=[spider_name],
+            counters=Counters(forward=forward),
+            project=self.config.namespace,
+        )
 
     def _open_redis(self) -> Any:
         # In the writer's thread: it may start the embedded server (blocking).
@@ -117,8 +166,19 @@ class RetryQueueStoreExtension:
         client, _ = client_for(self.config, embedded_directory=directory)
         return client
 
-    def make_service(self, spider_name: str) -> WriterService:
-        """The writer of *spider_name*'s events, its counts in the crawl's stats."""
+    def make_service(self, spider_name: str) -> WriterService | ForkedWriter:
+        """The writer of *spider_name*'s events, its counts in the crawl's stats:
+        the forked process when there is one, else a service of this process."""
+        self.spider_name = spider_name
+        if self.writer is not None:
+            # Called once _open_redis has run here: the crawl holds the embedded
+            # server the process connects to.
+            self.writer.start(spider_name, self.stats.inc_value)
+            self.service = self.writer
+            return self.writer
+        return self._thread_service(spider_name)
+
+    def _thread_service(self, spider_name: str) -> WriterService:
         from .store.service import Counters, WriterService
 
         self.spider_name = spider_name
@@ -151,7 +211,25 @@ class RetryQueueStoreExtension:
             if self._stopping.is_set():
                 return  # the spider closed meanwhile: the close writes it
             service = self.service or self.make_service(spider_name)
-        service.run()
+        try:
+            service.run()
+        except WriterGone:
+            with self._service_lock:
+                if self._stopping.is_set():
+                    return  # the close writes what is left (_service_for_close)
+                service = self._writer_gone(spider_name)
+            service.run()
+
+    def _writer_gone(self, spider_name: str) -> WriterService:
+        """The writer process ended early: from now on, the thread writes."""
+        logger.error(
+            "scrapy-retryqueue: the store writer process ended unexpectedly; a thread of "
+            "the crawl takes over its writes (nothing is lost: unwritten events wait in Redis)"
+        )
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.end(timeout=1.0)
+        return self._thread_service(spider_name)
 
     def _wait_for_work(self, spider_name: str) -> bool:
         """Until the spider has something for the store (True) or closes (False).
@@ -214,7 +292,7 @@ class RetryQueueStoreExtension:
         if self._thread is not None:
             self._thread.join()
 
-    def _service_for_close(self) -> WriterService | None:
+    def _service_for_close(self) -> WriterService | ForkedWriter | None:
         """The service, made now if the crawl wrote nothing for the store until its
         close and something is there (its last failures, its released leases)."""
         if self.service is None and self.spider_name is not None:
@@ -245,7 +323,12 @@ class RetryQueueStoreExtension:
             return
         # A pool thread, not the reactor's: the close waits here on purpose,
         # retrying the database until the deadline; a forced shutdown cuts it short.
-        written = service.flush(deadline, closing=not final)
+        try:
+            written = service.flush(deadline, closing=not final)
+        except WriterGone:
+            assert self.spider_name is not None
+            service = self._writer_gone(self.spider_name)
+            written = service.flush(deadline, closing=not final)
         if final:
             if written:
                 # Scrapy dumped the stats already: say it here.
@@ -257,13 +340,26 @@ class RetryQueueStoreExtension:
             self._close()
 
     def _close(self) -> None:
-        if self.service is not None:
-            self._close_service(self.service)
-        if self._held_server is not None:
-            directory, self._held_server = self._held_server, None
-            embedded.let_go(directory, keep=self.config.embedded_keep)
+        try:
+            if self.service is not None:
+                try:
+                    self._close_service(self.service)
+                except WriterGone:
+                    assert self.spider_name is not None
+                    service = self._writer_gone(self.spider_name)
+                    # What the process left, written if it can be, and counted.
+                    service.flush(time.monotonic() + STORE_FINAL_FLUSH_MAX, closing=False)
+                    self._close_service(service)
+        finally:
+            if self.writer is not None:
+                # Ends it whether it ever served (a healthy crawl's never did) or not.
+                writer, self.writer = self.writer, None
+                writer.end()
+            if self._held_server is not None:
+                directory, self._held_server = self._held_server, None
+                embedded.let_go(directory, keep=self.config.embedded_keep)
 
-    def _close_service(self, service: WriterService) -> None:
+    def _close_service(self, service: WriterService | ForkedWriter) -> None:
         left = sum(n or 0 for n in service.unwritten().values())
         if left:
             self.stats.inc_value("retryqueue/left/unstored", left)

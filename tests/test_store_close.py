@@ -41,6 +41,8 @@ def test_events_left_for_the_store_are_counted_and_named(
             "RETRYQUEUE_REDIS_URL": redis_url,
             "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
             "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            # The service of this process, whose parts the test reaches into.
+            "RETRYQUEUE_STORE_PROCESS": False,
         },
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)
@@ -68,6 +70,8 @@ def test_a_database_back_before_the_close_timeout_gets_what_is_left(
             "RETRYQUEUE_REDIS_URL": redis_url,
             "RETRYQUEUE_DATABASE_URL": url,
             "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            # The service of this process, whose parts the test reaches into.
+            "RETRYQUEUE_STORE_PROCESS": False,
         },
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)

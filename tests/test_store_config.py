@@ -79,6 +79,7 @@ def test_the_writers_blocking_read_stays_below_the_socket_timeout(
         settings_dict={
             "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
             "RETRYQUEUE_STORE_INTERVAL": interval,
+            "RETRYQUEUE_STORE_PROCESS": False,
         }
     )
     ext = RetryQueueStoreExtension.from_crawler(crawler)

@@ -153,11 +153,17 @@ def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
     store.close()
 
 
+@pytest.mark.parametrize("forked", [False, True], ids=["thread", "process"])
 def test_the_default_store_is_sqlite_under_the_embedded_dir(
-    redis_url: str, namespace: str, tmp_path: Path
+    redis_url: str, namespace: str, tmp_path: Path, forked: bool
 ) -> None:
     embedded = tmp_path / "embedded"
-    settings = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "RETRYQUEUE_EMBEDDED_DIR": embedded}
+    settings = {
+        **SETTINGS,
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_EMBEDDED_DIR": embedded,
+        "RETRYQUEUE_STORE_PROCESS": forked,
+    }
     with flaky_site(pages=40, slow=1.5, retry_after=1) as site:
         result = crawl(site.url, namespace, tmp_path, settings)
         dead, recovered = expected(site)
@@ -169,10 +175,14 @@ def test_the_default_store_is_sqlite_under_the_embedded_dir(
     store.close()
     check_rows(rows, dead, recovered, result.items)
     assert f"'retryqueue/store/dead_stored': {len(dead)}" in result.log
+    # A crawl forks its writer while it is single-threaded: never the fallback.
+    assert "runs in a thread of the crawl" not in result.log
+    assert ("the store writer runs in process" in result.log) is forked
 
 
+@pytest.mark.parametrize("forked", [False, True], ids=["thread", "process"])
 def test_a_forced_shutdown_ends_the_closing_writes_to_a_database_that_is_down(
-    redis_url: str, namespace: str, tmp_path: Path
+    redis_url: str, namespace: str, tmp_path: Path, forked: bool
 ) -> None:
     # A database on a closed port: every try fails at once. (A SQLite file that
     # cannot be written at start stops the crawl before it fetches anything.)
@@ -184,6 +194,7 @@ def test_a_forced_shutdown_ends_the_closing_writes_to_a_database_that_is_down(
         # A close that would wait minutes for the database, with long backoffs.
         "RETRYQUEUE_STORE_CLOSE_TIMEOUT": 300,
         "RETRYQUEUE_STORE_RETRY_MAX": 120,
+        "RETRYQUEUE_STORE_PROCESS": forked,
     }
     with flaky_site(pages=200, latency=0.5) as site:
         process, out = start_crawl(site.url, namespace, tmp_path, settings)

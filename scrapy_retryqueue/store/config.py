@@ -19,6 +19,8 @@ _DIALECTS = ("postgresql", "sqlite")
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     enabled: bool
+    #: The crawl's writer in a forked process (True) or a thread of the crawl.
+    process: bool
     #: The SQLAlchemy URL; None means the SQLite file under the embedded dir.
     database_url: str | None
     batch_size: int
@@ -94,6 +96,7 @@ def load_store_config(settings: Any) -> StoreConfig:
     """Read and validate the store's RETRYQUEUE_* settings of a Scrapy Settings object."""
     return StoreConfig(
         enabled=bool_setting(settings, "RETRYQUEUE_STORE_ENABLED"),
+        process=bool_setting(settings, "RETRYQUEUE_STORE_PROCESS"),
         database_url=check_database_url(raw_setting(settings, "RETRYQUEUE_DATABASE_URL")),
         batch_size=number_setting(
             settings, "RETRYQUEUE_STORE_BATCH_SIZE", minimum=1, whole=True, finite=True

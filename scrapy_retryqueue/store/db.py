@@ -182,7 +182,11 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            # WAL is the file's, once set: asked first, not set again, since the change
+            # wants the file to itself and fails at once ("database is locked") while
+            # another process (the writer, a reader of the store) is connecting.
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
