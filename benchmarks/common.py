@@ -145,6 +145,7 @@ def run_crawl(
     if process.returncode != 0:
         raise SystemExit(f"a benchmark crawl failed (exit {process.returncode})")
     result = json.loads(stats.read_text())
+    # wait4 counts the processes the crawl reaped too: the store writer it forks.
     total = usage.ru_utime + usage.ru_stime
     result["bench/cpu"] = total - result.get("bench/cpu_at_open", 0.0)
     result["bench/cpu_total"] = total

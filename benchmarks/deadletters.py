@@ -4,8 +4,10 @@ dead letter logged at WARNING), the add-on against stock Scrapy.
 Served by nginx (benchmarks/static_site.py). Stock Scrapy drops each answer in
 HttpErrorMiddleware; the add-on dead-letters each one: an envelope written to
 Redis, an event, a row in the store. Variants: stock; ours with the store
-writer in the crawl on its default SQLite database ("sqlite"); ours with the
-store writer off ("store off"); ours with the store off in the crawl and one
+writer in the crawl on its default SQLite database ("sqlite": in a thread of
+the crawl; "sqlite process": in the process the crawl forks for it,
+RETRYQUEUE_STORE_PROCESS = True, whose CPU the crawl's includes since the crawl
+reaps it); ours with the store writer off ("store off"); ours with the store off in the crawl and one
 ``scrapy retryqueue writer`` process serving its spider into a SQLite database
 ("writer proc", the fleet set-up: "writer CPU ms/dead letter" is that process's
 CPU from its start to its exit per dead letter, "writer marginal ms" its slope
@@ -65,6 +67,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
     variants: dict[str, dict[str, object]] = {
         "stock": dict(STOCK),
         "sqlite": ours_settings(redis_url, workdir),
+        "sqlite process": {**ours_settings(redis_url, workdir), "RETRYQUEUE_STORE_PROCESS": True},
         "store off": {"RETRYQUEUE_REDIS_URL": redis_url},
         "writer proc": {"RETRYQUEUE_REDIS_URL": redis_url, WRITER: writer_database},
     }
@@ -123,5 +126,19 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                     writer_small, writer_large
                 )
                 figures[f"{prefix}nginx ÷ crawler CPU"] = stock.site_share
+                # Memory as the spider closes: the crawl's, and with the store in a
+                # process of its own, the crawl's and that process's together.
+                for label in ("stock", "sqlite", "sqlite process"):
+                    stats = paired[large][label].stats
+                    figures[f"{prefix}{label} PSS MB"] = (
+                        stats.get("bench/pss", 0) + stats.get("bench/children_pss", 0)
+                    ) / 2**20
+                process_large = paired[large]["sqlite process"]
+                figures[f"{prefix}sqlite process writer PSS MB"] = (
+                    process_large.stats.get("bench/children_pss", 0) / 2**20
+                )
+                figures[f"{prefix}sqlite process writer CPU ms/dead letter"] = (
+                    process_large.stats.get("bench/children_cpu", 0) / large * 1000
+                )
     client.close()
     return figures

@@ -97,6 +97,7 @@ class StatsDump:
             if isinstance(v, (int, float, str))
         }
         stats.update(_peak_rss())
+        stats.update(_unique_memory())
         stats["bench/cpu_at_open"] = self.cpu_at_open
         stats["bench/cpu_at_close"] = cpu_seconds()
         stats["bench/cpu_at_first_request"] = self.cpu_at_first_request
@@ -109,6 +110,18 @@ class StatsDump:
         at_open = getattr(self, "threads_at_open", {})
         stats.update({k: v - at_open.get(k, 0.0) for k, v in _thread_cpu().items()})
         self.path.write_text(json.dumps(stats))
+        import atexit
+
+        atexit.register(_add_children_cpu, self.path)
+
+
+def _add_children_cpu(path: Path) -> None:
+    """At the crawl's exit: the CPU of the processes it started and reaped (the
+    store writer it forks), part of what the parent's wait4 of the crawl counts."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stats = json.loads(path.read_text())
+    stats["bench/children_cpu"] = usage.ru_utime + usage.ru_stime
+    path.write_text(json.dumps(stats))
 
 
 class AttemptHeader:
@@ -142,6 +155,34 @@ def _thread_cpu() -> dict[str, float]:
         key = f"bench/thread_cpu/{name}"
         out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def _unique_memory() -> dict[str, int]:
+    """As the spider closes, the proportional memory (PSS: a page shared by n
+    processes counts 1/n in each, so the figures add up) of this process and of
+    the processes it forked (the store writer, RETRYQUEUE_STORE_PROCESS), in bytes
+    (Linux)."""
+    import os
+
+    def pss(pid: int | str) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    children = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return {
+        "bench/pss": pss(os.getpid()),
+        "bench/children_pss": sum(pss(pid) for pid in children),
+    }
 
 
 def _peak_rss() -> dict[str, int]:

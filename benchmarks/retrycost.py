@@ -5,7 +5,9 @@ nginx serves pages that each answer 503 once and then 200 (the retried request
 carries Scrapy's ``retry_times``, which benchmarks.probes.AttemptHeader sends as
 a header). Ours parks each 503 in Redis and re-injects it when due (0.5 s later,
 polls every 0.2 s), then acknowledges it: schedule, claim, ack, their events,
-and the store writer's rows. "writer proc" is ours with the store off in the crawl
+and the store writer's rows (in a thread of the crawl; "ours process": in the
+process the crawl forks for it, RETRYQUEUE_STORE_PROCESS = True, whose CPU the
+crawl's includes since the crawl reaps it). "writer proc" is ours with the store off in the crawl
 and one ``scrapy retryqueue writer`` process serving its spider into a SQLite
 database (the fleet set-up, as in deadletters): its figures are the crawl's, and
 "writer CPU ms/retried request" that process's CPU from its start to its exit
@@ -45,7 +47,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
 
     client = redis.Redis.from_url(redis_url)
     runs = [(v, s) for v in ("stock", "ours") for s in ("healthy", "retry")]
-    runs.append(("writer proc", "retry"))
+    runs += [("ours process", "retry"), ("writer proc", "retry")]
     small, large = SIZES
     writer_database = f"sqlite:///{workdir / 'retry-writer-store.sqlite3'}"
     if not (workdir / "retry-writer-store.sqlite3").exists():
@@ -59,13 +61,15 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
             chosen.update(RETRYQUEUE_POLICIES=POLICY, RETRYQUEUE_POLL_INTERVAL=0.2)
         if variant == "writer proc":
             chosen.update(RETRYQUEUE_STORE_ENABLED=False, **{WRITER: writer_database})
+        if variant == "ours process":
+            chosen.update(RETRYQUEUE_STORE_PROCESS=True)
         return chosen
 
     figures: dict[str, float] = {}
     with static_site(large, SIZES) as site:
         for baseline in common.RUN_BASELINES:
             prefix = f"{baseline}: "
-            # All five side by side: their ratios and differences are what matter.
+            # All six side by side: their ratios and differences are what matter.
             paired = {
                 size: dict(zip(runs, side_by_side(
                     site, [(s, settings(v, baseline)) for v, s in runs], size, workdir,
@@ -80,7 +84,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                         key = "retry/count" if variant == "stock" else "retryqueue/recovered"
                         assert cost.stats.get(key) == size, cost.stats
             big = paired[large]
-            for variant in ("stock", "ours", "writer proc"):
+            for variant in ("stock", "ours", "ours process", "writer proc"):
                 small_retry, retry = paired[small][(variant, "retry")], big[(variant, "retry")]
                 figures[f"{prefix}{variant} CPU ms/final page"] = retry.cpu_ms_per_page
                 figures[f"{prefix}{variant} marginal ms/final page"] = marginal_ms(
