@@ -143,13 +143,20 @@ class RetryQueueStoreExtension:
     def _child_service(self, spider_name: str, forward: Callable[[str, int], Any]) -> WriterService:
         """In the forked process: the service, its counts sent to the crawl. The
         crawl holds the embedded server, so here the client only connects."""
+        directory = embedded_dir(self.config.embedded_dir)
+        return self._new_service(
+            spider_name, lambda: client_for(self.config, embedded_directory=directory)[0], forward
+        )
+
+    def _new_service(
+        self, spider_name: str, open_redis: Callable[[], Any], forward: Callable[[str, int], Any]
+    ) -> WriterService:
         from .store.service import Counters, WriterService
 
-        directory = embedded_dir(self.config.embedded_dir)
         return WriterService(
             self.store_config,
             database_url=self.database_url,
-            open_redis=lambda: client_for(self.config, embedded_directory=directory)[0],
+            open_redis=open_redis,
             consumer=self.config.node_id,
             spiders=[spider_name],
             counters=Counters(forward=forward),
@@ -179,18 +186,8 @@ class RetryQueueStoreExtension:
         return self._thread_service(spider_name)
 
     def _thread_service(self, spider_name: str) -> WriterService:
-        from .store.service import Counters, WriterService
-
         self.spider_name = spider_name
-        self.service = WriterService(
-            self.store_config,
-            database_url=self.database_url,
-            open_redis=self._open_redis,
-            consumer=self.config.node_id,
-            spiders=[spider_name],
-            counters=Counters(forward=self.stats.inc_value),
-            project=self.config.namespace,
-        )
+        self.service = self._new_service(spider_name, self._open_redis, self.stats.inc_value)
         return self.service
 
     # -- lifecycle ---------------------------------------------------------------

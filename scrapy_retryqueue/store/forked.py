@@ -31,7 +31,6 @@ import logging
 import os
 import signal
 import threading
-import time
 import traceback
 import weakref
 from collections.abc import Callable
@@ -189,26 +188,32 @@ class ForkedWriter:
             self.end()
 
     def end(self, timeout: float = EXIT_TIMEOUT) -> None:
-        """Close the pipe (the child ends) and reap it; killed after *timeout*."""
+        """Close the pipe (the child ends) and reap it; killed after *timeout*.
+
+        Blocking (the glue calls it off the reactor): the end of the child's
+        answers, read by the reader thread, says it has gone.
+        """
         with contextlib.suppress(OSError):
             self._out.close()
-        deadline = time.monotonic() + timeout
-        while self.exit_status is None:
-            try:
-                pid, status, usage = os.wait4(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid:
-                self.exit_status = os.waitstatus_to_exitcode(status)
-                self.cpu_seconds = usage.ru_utime + usage.ru_stime
-                break
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
-                deadline = float("inf")
-            time.sleep(0.01)
-        if self._reader is not None:
-            self._reader.join(timeout)
+        if self.exit_status is not None:
+            return
+        if self._reader is None:  # it never served: read its pipe only for its end
+            self.start(self.spider or "", lambda name, value: None)
+        assert self._reader is not None
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            # Its end of the pipe still open after the timeout: a child stuck (or a
+            # process the crawl forked later holding a copy of that end).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        try:
+            _, status, usage = os.wait4(self.pid, 0)
+        except ChildProcessError:
+            pass
+        else:
+            self.exit_status = os.waitstatus_to_exitcode(status)
+            self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        self._reader.join(timeout)
         with contextlib.suppress(OSError):
             self._in.close()
         _LIVE.discard(self)
