@@ -82,6 +82,12 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
     TryAgainError,
     SlotNotCoveredError,
     ConnectionError,
+    # redis-py 8.2 and later raise "cannot be connected" as a type of its own.
+    *(
+        t
+        for t in (getattr(redis.exceptions, "RedisClusterUnreachableError", None),)
+        if t is not None
+    ),
 )
 #: What the cluster client says when no node tells it the slots, or some slot
 #: has no node (raised from its topology refresh, typed RedisClusterException).
