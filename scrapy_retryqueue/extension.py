@@ -63,6 +63,8 @@ class RetryQueueExtension:
         self._fleet_idle_since: float | None = None
         #: When the last poll started (time.monotonic()).
         self._last_poll = 0.0
+        #: An idle check is asked for once the writes in flight land (spider_idle).
+        self._recheck_armed = False
         #: When this node last had work in flight (ms): its heartbeat tells the fleet.
         self._last_busy = now_ms()
         #: Closes the spider when the reactor stops with it open (see _reactor_stops).
@@ -284,11 +286,18 @@ class RetryQueueExtension:
         runtime = self.runtime
         if self._closing or not runtime.is_open:
             return
+        # Idle: the engine has finished every re-injected request it had.
+        runtime.settle_finished()
         if time.monotonic() - self._last_poll >= self.config.poll_interval:
             # Fresh counts; not when a poll just ran, since polls themselves
             # wake the engine, which calls this handler.
             self.tick()
         if runtime.busy or runtime.held or runtime.frontier_busy:
+            if runtime.busy and not self._recheck_armed:
+                # Ask again once the writes land (acks of the last pages, a dead
+                # letter), not at Scrapy's next idle check 5 s later.
+                self._recheck_armed = True
+                runtime.written().addBoth(self._recheck_idle)
             raise DontCloseSpider
         waiting_for_redis = runtime.down or runtime.spooled > 0
         # Counts read before the latest write (a parse retry scheduled after
@@ -335,6 +344,11 @@ class RetryQueueExtension:
                 max(0.0, timeout - (now - self._idle_since)),
             )
         raise DontCloseSpider
+
+    def _recheck_idle(self, _: Any) -> None:
+        self._recheck_armed = False
+        if not self._closing:
+            self._look_for_work()
 
     def _wait_for_fleet(self) -> None:
         """Keep an idle node in the crawl while another node of the spider still works:

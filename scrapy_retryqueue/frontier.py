@@ -38,8 +38,6 @@ from .runtime import RetryQueueRuntime, runtime_for
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from collections.abc import Container
-
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
@@ -67,11 +65,7 @@ class LeasedPriorityQueue:
                 dupefilter,
                 f"{__name__}.{FrontierDupeFilter.__name__}",
             )
-        self.runtime.frontier_start(
-            order=self.order,
-            in_progress=lambda: _in_progress(crawler),
-            wake=lambda: _wake(crawler),
-        )
+        self.runtime.frontier_start(order=self.order)
 
     def __len__(self) -> int:
         return self.runtime.frontier_size
@@ -169,20 +163,3 @@ def _is_ours(component: Any) -> bool:
     if isinstance(component, str):
         return component.startswith(f"{__name__}.")
     return getattr(component, "__module__", None) == __name__
-
-
-def _in_progress(crawler: Crawler) -> Container[Request] | None:
-    """The requests the engine has not finished; None when this Scrapy does not tell."""
-    engine = getattr(crawler, "engine", None)
-    slot = getattr(engine, "_slot", None)
-    if slot is None:
-        return frozenset()  # the engine holds nothing (not started, or closed)
-    inprogress = getattr(slot, "inprogress", None)
-    return inprogress if isinstance(inprogress, (set, frozenset)) else None
-
-
-def _wake(crawler: Crawler) -> None:
-    slot = getattr(getattr(crawler, "engine", None), "_slot", None)
-    nextcall = getattr(slot, "nextcall", None)
-    if nextcall is not None:
-        nextcall.schedule()

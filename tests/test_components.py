@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,14 +66,29 @@ class ComponentSpider(scrapy.Spider):
         return None
 
 
+class EngineSlot:
+    """The part of Scrapy's engine slot the add-on reads: the requests not finished."""
+
+    def __init__(self) -> None:
+        self.inprogress: set[Request] = set()
+
+
 class RecordingEngine:
-    """Stands in for the crawl's engine: records the requests re-injected into it."""
+    """Stands in for the crawl's engine: records the requests re-injected into it, and
+    holds those a test says it works on (downloading, or in its callback and pipelines)."""
 
     def __init__(self) -> None:
         self.crawled: list[Request] = []
+        self._slot = EngineSlot()
 
     def crawl(self, request: Request) -> None:
         self.crawled.append(request)
+
+    def start(self, request: Request) -> None:
+        self._slot.inprogress.add(request)
+
+    def finish(self, request: Request) -> None:
+        self._slot.inprogress.discard(request)
 
 
 @dataclass
@@ -492,6 +508,122 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     [succeeded] = [f for _, f in redis_client.xrange(keys.events) if f[b"type"] == b"succeeded"]
     assert succeeded[b"domain"] == b"shop.test"
     assert int(succeeded[b"wait"]) == signal["wait_ms"]
+
+
+def _reinjected(running: Running, status: int = 503) -> tuple[Request, str]:
+    """A request failed with *status*, parked, and re-injected: the retry and its task id."""
+    with pytest.raises(RequestParked) as parked:
+        running.response(Request(PAGE, callback=running.spider.parse), status)
+    wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
+    (again,) = running.engine.crawled
+    return again, parked.value.task_id
+
+
+def _event_types(client: redis.Redis, spider_name: str) -> list[bytes]:
+    return [f[b"type"] for _, f in client.xrange(keys_for(spider_name).events)]
+
+
+#: Long enough for several polls (RETRYQUEUE_POLL_INTERVAL 0.1): what one would have
+#: acknowledged has been by then. Fewer polls on a loaded machine make the check
+#: weaker, never wrong.
+SEVERAL_POLLS = 1.0
+
+
+def test_a_retry_is_acknowledged_once_the_engine_has_finished_its_page(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": FAST})
+    again, task_id = _reinjected(running)
+    keys = keys_for(spider_name)
+    running.engine.start(again)
+    assert running.response(again, 200).status == 200
+    # Its callback and items are still to come: a node killed now must leave the task
+    # to another node, so the lease holds through the polls.
+    time.sleep(SEVERAL_POLLS)
+    assert redis_client.zscore(keys.leased, task_id) is not None
+    assert running.stat("retryqueue/recovered") is None
+    running.engine.finish(again)
+    running.wait_stat("retryqueue/recovered", 1)
+    wait_for(lambda: not redis_client.hexists(keys.tasks, task_id), "the ack", timeout=10)
+    assert redis_client.zcard(keys.leased) == 0
+    assert _event_types(redis_client, spider_name).count(b"succeeded") == 1
+
+
+def test_a_callback_failing_after_its_retry_downloaded_reschedules_the_same_task(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(RETRYQUEUE_POLICIES={"server_error": FAST, "parse": LATER})
+    again, task_id = _reinjected(running)
+    keys = keys_for(spider_name)
+    running.engine.start(again)
+    assert running.response(again, 200).status == 200
+    assert running.callback_error(again, ValueError("no title on the page")) == []
+    running.wait_stat("retryqueue/scheduled/parse", 1)
+    running.engine.finish(again)
+    time.sleep(SEVERAL_POLLS)
+    # Under its lease: one task, both failures in its history, never recovered.
+    assert redis_client.hkeys(keys.tasks) == [task_id.encode()]
+    assert redis_client.zscore(keys.due, task_id) is not None
+    assert _envelope(redis_client, keys.tasks, task_id)["attempts"] == {
+        "server_error": 1,
+        "parse": 1,
+    }
+    assert running.stat("retryqueue/recovered") is None
+    assert running.stat("retryqueue/stale") is None
+    assert b"succeeded" not in _event_types(redis_client, spider_name)
+
+
+def test_a_request_made_with_the_retried_pages_meta_is_a_task_of_its_own(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(
+        RETRYQUEUE_POLICIES={"server_error": FAST}, RETRYQUEUE_MAX_IN_FLIGHT=1
+    )
+    again, task_id = _reinjected(running)
+    keys = keys_for(spider_name)
+    running.engine.start(again)
+    assert running.response(again, 200).status == 200
+    # The callback follows a link with meta=response.meta, Scrapy's idiom: the copied
+    # task reference must not make the new request an attempt of this task.
+    child = Request("http://shop.test/page/2", meta=dict(again.meta), dont_filter=True)
+    with pytest.raises(RequestParked) as parked:
+        running.response(child, 503)
+    assert parked.value.task_id != task_id
+    running.wait_stat("retryqueue/scheduled/server_error", 2)
+    assert redis_client.zscore(keys.leased, task_id) is not None
+    running.engine.finish(again)
+    running.wait_stat("retryqueue/recovered", 1)
+    wait_for(lambda: not redis_client.hexists(keys.tasks, task_id), "the page's ack", timeout=10)
+    assert redis_client.hexists(keys.tasks, parked.value.task_id)
+
+
+def test_an_item_replayed_from_a_retried_page_is_a_task_of_its_own(
+    open_components: Callable[..., Running], redis_client: redis.Redis, spider_name: str
+) -> None:
+    running = open_components(
+        RETRYQUEUE_POLICIES={"server_error": FAST, "storage": LATER}, RETRYQUEUE_ITEM_REPLAY=True
+    )
+    again, task_id = _reinjected(running)
+    keys = keys_for(spider_name)
+    running.engine.start(again)
+    assert running.response(again, 200).status == 200
+    page = HtmlResponse(again.url, body=b"<html></html>", request=again)
+
+    async def item_error() -> None:
+        running.extension.item_error(
+            {"title": "t"}, page, running.spider, Failure(OSError("the database refused"))
+        )
+
+    running.reactor.run(item_error)
+    running.wait_stat("retryqueue/scheduled/storage", 1)
+    running.engine.finish(again)
+    # The page's task is done; the item waits for its replay, with the page's history.
+    running.wait_stat("retryqueue/recovered", 1)
+    wait_for(lambda: not redis_client.hexists(keys.tasks, task_id), "the page's ack", timeout=10)
+    (replay_id,) = redis_client.hkeys(keys.tasks)
+    replay = _envelope(redis_client, keys.tasks, replay_id.decode())
+    assert replay["attempts"] == {"server_error": 1, "storage": 1}
+    assert replay["request"]["meta"][defaults.META_ITEM]["item"] == {"title": "t"}
 
 
 @pytest.mark.parametrize("jobdir", [False, True], ids=["alone", "with JOBDIR"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -33,6 +34,7 @@ from weakref import WeakKeyDictionary
 from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 
+from .. import engineview
 from ..config import Config, config_for, redact_url
 from ..connection import is_outage
 from ..defaults import (
@@ -40,6 +42,7 @@ from ..defaults import (
     FLEET_HEARTBEAT_MIN_MS,
     FLEET_REGISTERED_POLLS,
     META_FRONTIER,
+    META_TASK,
 )
 from ..domains import DomainCooldowns
 from ..envelope import (
@@ -64,6 +67,7 @@ from .planner import Plan, Planner, retries_so_far
 from .reporting import Reporter
 from .retrybudget import RequestCounts
 from .taskref import (
+    TaskRef,
     live_ref,
     ref_created,
     ref_host,
@@ -245,9 +249,17 @@ class RetryQueueRuntime(FrontierFacade):
         #: of the leased frontier uses this crawler: frontier.py).
         self.frontier = Frontier(self.config, self.leases.new_token)
         self._frontier_store: RedisFrontier | None = None
-        #: The engine's requests in progress (set by the frontier's queue class).
-        self._in_progress: Callable[[], Container[Request] | None] = lambda: None
-        self._wake: Callable[[], None] = lambda: None
+        #: The engine's requests in progress (None: this Scrapy does not tell), and
+        #: a call that asks the engine for requests now.
+        self._in_progress: Callable[[], Container[Request] | None] = partial(
+            engineview.in_progress, crawler
+        )
+        self._wake: Callable[[], None] = partial(engineview.wake, crawler)
+        #: Re-injected tasks the site answered, acknowledged once the engine has
+        #: finished their request (callback run, items through the pipelines):
+        #: task id -> (request, its live task reference). Until then the lease
+        #: holds, so a node killed in between leaves the page to another node.
+        self._finishing: dict[str, tuple[Request, TaskRef]] = {}
         self._frontier_call: defer.Deferred[Any] | None = None
         self._frontier_again = False
         self._frontier_maintain = False
@@ -356,6 +368,8 @@ class RetryQueueRuntime(FrontierFacade):
                 # crawl) must be closed too, not abandoned half-made. Its waits
                 # are bounded by the Redis connection timeouts.
                 await maybe_deferred_to_future(self._opening)
+            # The engine has finished every request by now (or cancelled it: released).
+            self.settle_finished()
             if writes.queue is not None and not writes.down:
                 # The others stop waiting for this node at once.
                 with contextlib.suppress(Exception):
@@ -435,6 +449,12 @@ class RetryQueueRuntime(FrontierFacade):
         """Writes are on their way to Redis: the spider must not close yet."""
         return self.writes.busy
 
+    def written(self) -> defer.Deferred[None]:
+        """Fires once every write submitted so far has landed (or been spooled)."""
+        from scrapy.utils.defer import deferred_from_coro
+
+        return deferred_from_coro(self.writes.drain())
+
     @property
     def is_open(self) -> bool:
         return self.writes.queue is not None
@@ -503,6 +523,7 @@ class RetryQueueRuntime(FrontierFacade):
         self, request: Request, failure: FailureInfo, *, task_id: str | None = None
     ) -> Parking:
         """Plan a failed attempt and write it: a retry parked for later, or a dead letter."""
+        self._take_lease_back(request)
         parking = self._carry_out(self.planner.plan(request, failure, task_id=task_id))
         self._frontier_waits_for(request, parking)
         return parking
@@ -514,10 +535,42 @@ class RetryQueueRuntime(FrontierFacade):
         return self.park(request, failure)
 
     def download_succeeded(self, request: Request) -> None:
-        """A download the site answered: the breaker hears of it; a re-injected task is done."""
+        """A download the site answered: the breaker hears of it; a re-injected task is
+        acknowledged once the engine has finished its request (:meth:`settle_finished`)."""
         self._downloaded(request)
         self.breaker.downloaded(request, None)
-        self.ack(request)
+        ref = live_ref(request)
+        if ref is not None:
+            # The callback and the requests it makes with meta=response.meta see the
+            # task settled, as new requests are no attempt of it; a failure of the
+            # page itself takes the lease back (_take_lease_back).
+            request.meta[META_TASK] = {**ref, "settled": True}
+            self._finishing[ref["id"]] = (request, ref)
+
+    def _take_lease_back(self, request: Request) -> None:
+        """The page of a re-injected task failed after its download (its callback, its
+        items): that failure is the task's own, written under its lease."""
+        ref = ref_of(request) if self._finishing else None
+        held = None if ref is None else self._finishing.get(ref["id"])
+        if held is not None and held[0] is request:
+            del self._finishing[ref["id"]]
+            request.meta[META_TASK] = held[1]
+
+    def settle_finished(self) -> None:
+        """Acknowledge the re-injected tasks whose request the engine has finished.
+
+        Called at each poll, when the spider is idle and when it closes. A page
+        that failed meanwhile has rescheduled its task under the lease already.
+        """
+        if not self._finishing:
+            return
+        in_progress = self._in_progress()
+        if in_progress is None:
+            in_progress = frozenset()  # this Scrapy does not tell: as finished
+        for task_id, (request, ref) in list(self._finishing.items()):
+            if request not in in_progress:
+                del self._finishing[task_id]
+                self._acknowledge(request, ref, ignored=False)
 
     def _downloaded(self, request: Request) -> None:
         """A fresh request (not a retry) counts toward its domain's retry budget."""
@@ -580,7 +633,11 @@ class RetryQueueRuntime(FrontierFacade):
     def ack(self, request: Request, *, ignored: bool = False) -> None:
         """The re-injected request is done: it succeeded, or was dropped on purpose (*ignored*)."""
         ref = live_ref(request)
-        if ref is None or self.writes.queue is None:
+        if ref is not None:
+            self._acknowledge(request, ref, ignored=ignored)
+
+    def _acknowledge(self, request: Request, ref: TaskRef, *, ignored: bool) -> None:
+        if self.writes.queue is None:
             return
         settle(ref)
         task_id, now = ref["id"], now_ms()
@@ -660,6 +717,7 @@ class RetryQueueRuntime(FrontierFacade):
         queue = writes.queue
         if queue is None:
             return None
+        self.settle_finished()
         if writes.down or writes.spooled:
             return writes.recover()
         if self.frontier.in_use:
@@ -760,7 +818,7 @@ class RetryQueueRuntime(FrontierFacade):
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
-        from ..defaults import META_TASK, SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
+        from ..defaults import SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
 
         request.meta[META_TASK] = task_ref(task, token)
         request.meta[SCRAPY_META_DONT_CACHE] = True

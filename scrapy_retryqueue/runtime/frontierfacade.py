@@ -20,8 +20,6 @@ from .frontier import FrontierResult, close_io, entry_for
 from .taskref import live_ref
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container
-
     from scrapy import Request
 
     from . import Parking
@@ -35,22 +33,10 @@ class FrontierFacade:
     state (its frontier, write path, reporter, config, spider), which
     RetryQueueRuntime sets up: this class is only ever its base."""
 
-    def frontier_start(
-        self,
-        *,
-        order: str,
-        in_progress: Callable[[], Container[Request] | None],
-        wake: Callable[[], None],
-    ) -> None:
-        """A scheduler queue of the leased frontier serves this crawl (no I/O).
-
-        *in_progress* gives the requests the engine has not finished (None when it
-        cannot tell); *wake* asks the engine for requests now (a batch landed).
-        """
+    def frontier_start(self, *, order: str) -> None:
+        """A scheduler queue of the leased frontier serves this crawl (no I/O)."""
         self.frontier.in_use = True
         self.frontier.order = order
-        self._in_progress = in_progress
-        self._wake = wake
 
     @property
     def frontier_in_use(self) -> bool:
