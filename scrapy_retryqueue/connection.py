@@ -353,6 +353,27 @@ def check_reachable(config: Config, *, timeout: float) -> None:
         connect_timeout=timeout,
     )
     try:
-        client.ping()
+        if isinstance(client, LazyCluster):
+            _ping_some_primary(client)
+        else:
+            client.ping()
     finally:
         client.close()
+
+
+def _ping_some_primary(client: LazyCluster) -> None:
+    """The cluster answers: its topology came from some node, and a master answers.
+
+    A plain PING goes to every node in recent redis-py, so one master dead in a
+    failover under way would stop a crawl the queue can run (it spools what
+    that master's slots refuse until a replica takes over).
+    """
+    first: BaseException | None = None
+    for node in client.get_primaries():
+        try:
+            client.ping(target_nodes=node)
+            return
+        except Exception as exc:  # the next master may answer
+            first = first or exc
+    if first is not None:
+        raise first
