@@ -100,7 +100,11 @@ class Write:
     prior: int | None = None
 
     @classmethod
-    def for_task(cls, op: str, task: Task, token: str | None, now: int) -> Write:
+    def for_task(
+        cls, op: str, task: Task, token: str | None, now: int, *, host: str | None = None
+    ) -> Write:
+        """The write of *task*; *host*: its URL's host when the caller has it parsed
+        (taskinfo.host_word), else parsed here (taskinfo.host_of)."""
         kind = task.dead_kind or task.kind if op == "deadletter" else task.kind
         return cls(
             op,
@@ -113,7 +117,7 @@ class Write:
             attempt=task.attempts.get(task.kind, 0),
             url=task.url,
             created=task.created,
-            host=host_of(task.url),
+            host=host_of(task.url) if host is None else host,
         )
 
 

@@ -23,6 +23,12 @@ def host_of(url: str) -> str:
         host = urlsplit(url).hostname if isinstance(url, str) else None
     except ValueError:  # an unclosed IPv6 bracket
         return ""
+    return host_word(host)
+
+
+def host_word(host: str | None) -> str:
+    """A hostname already parsed (``urlparse_cached(request).hostname``) as
+    :func:`host_of` gives it: ``""`` when there is none or it holds whitespace."""
     # str.split() cuts at what str.isspace() calls whitespace: one C call, not a loop.
     if not host or host.split() != [host]:
         return ""

@@ -47,6 +47,23 @@ def test_the_host_is_the_breakers_name_of_the_domain(url: str) -> None:
     assert domain_of(url) == (breaker or None)
 
 
+@pytest.mark.parametrize("url", [u for u in URLS if u and "://" in u and "[::1/" not in u])
+def test_the_planners_host_from_the_cached_parse_is_host_of_the_url(url: str, tmp_path) -> None:
+    # The planner takes the host from the parse Scrapy's downloader cached: it must
+    # be what host_of(task.url) would have said, or the claim misses cooling tasks.
+    from scrapy import Spider
+
+    from scrapy_retryqueue.classify import FailureInfo
+    from scrapy_retryqueue.queue import Write
+
+    from .runtimes import unopened_runtime
+
+    runtime = unopened_runtime(type("HostSpider", (Spider,), {"name": "hosts"}), tmp_path)
+    plan = runtime.planner.plan(Request(url), FailureInfo("not_found", "HttpError", "404"))
+    write = Write.for_task(plan.op, plan.task, plan.token, plan.now, host=plan.host)
+    assert plan.host == host_of(url) == write.host
+
+
 def test_the_value_is_created_host_and_url() -> None:
     url = "http://user@Shop.test:81/a b"
     assert taskinfo_value(1700, host_of(url), url) == f"1700 shop.test {url}"

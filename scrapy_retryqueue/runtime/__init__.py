@@ -604,7 +604,7 @@ class RetryQueueRuntime(FrontierFacade):
     def _carry_out(self, plan: Plan) -> Parking:
         self.reporter.notes(plan.notes)
         # The write names the lease before the lease is marked used.
-        write = Write.for_task(plan.op, plan.task, plan.token, plan.now)
+        write = Write.for_task(plan.op, plan.task, plan.token, plan.now, host=plan.host)
         if write.token is not None and plan.ref is not None:
             # A task's attempt failed again (or gave up): its outage lasts on.
             write = self._learning(write, plan.ref)

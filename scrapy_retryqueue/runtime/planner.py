@@ -21,6 +21,7 @@ from ..classify import FailureInfo
 from ..envelope import Task, request_to_json
 from ..exceptions import ConfigError, EnvelopeError
 from ..policy import Decision, Policy, checked_delay
+from ..taskinfo import host_word
 from ..values import now_ms
 from .taskref import TaskRef, ref_of
 
@@ -53,6 +54,9 @@ class Plan:
     #: Given up because its retries ran out (Scrapy's ``retry/max_reached``),
     #: not because the kind is never retried.
     exhausted: bool = False
+    #: The host of the task's URL (taskinfo.host_of), from the request's parse
+    #: that Scrapy's downloader cached; None: parse the URL again.
+    host: str | None = None
 
     @property
     def token(self) -> str | None:
@@ -117,6 +121,8 @@ class Planner:
         elif task_id is None:
             task_id = ref["id"] if ref else self.fingerprint(request)
         exhausted = False
+        #: (request, kind, policy) the policy was resolved for: the envelope's budget.
+        resolved: tuple[Request, str, Policy] | None = None
         known = self.config.kinds.get(failure.kind)
         # The queue's own kinds are not a project's to raise (RetryLater("poison")).
         if decision is None and (known is None or known.internal):
@@ -129,6 +135,8 @@ class Planner:
             decision, exhausted, policy = self._decide(
                 request, failure, attempts, notes, since_first
             )
+            if policy is not None:
+                resolved = (request, decision.kind, policy)
             if not decision.retry:
                 decision = self._probe_permanent(request, failure, attempts, decision, notes)
             if decision.retry:
@@ -178,9 +186,9 @@ class Planner:
             updated=now,
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
-            max_retries=self._budget(request, decision.kind),
+            max_retries=self._budget(request, decision.kind, resolved),
         )
-        return Plan(decision, failure, task, ref, now, request, notes, exhausted)
+        return Plan(decision, failure, task, ref, now, request, notes, exhausted, _host(request))
 
     def plan_deferred(self, request: Request, until: int) -> Plan:
         """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""
@@ -214,11 +222,16 @@ class Planner:
         )
         return failure, decision
 
-    def _budget(self, request: Request, kind: str) -> int | None:
+    def _budget(
+        self, request: Request, kind: str, resolved: tuple[Request, str, Policy] | None = None
+    ) -> int | None:
         """The resolved max_retries of *kind* for *request* (its domain's and meta's
-        overrides applied), kept in the envelope; None for a kind no policy covers."""
+        overrides applied), kept in the envelope; None for a kind no policy covers.
+        *resolved*: the policy the decision already resolved, for that request and kind."""
         if kind not in self.config.kinds or self.config.kinds.is_internal(kind):
             return None
+        if resolved is not None and resolved[0] is request and resolved[1] == kind:
+            return resolved[2].max_retries
         domain = urlparse_cached(request).hostname
         table = self.config.policy_table
         meta_policy, max_retries = self._meta_overrides(request, [])
@@ -444,6 +457,13 @@ def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:
     if isinstance(scrapy_count, int) and not isinstance(scrapy_count, bool):
         counted = max(counted, scrapy_count)
     return counted
+
+
+def _host(request: Request) -> str | None:
+    try:
+        return host_word(urlparse_cached(request).hostname)
+    except ValueError:  # an unclosed IPv6 bracket: host_of says "" for it too
+        return None
 
 
 def _whole(value: Any) -> bool:

@@ -178,17 +178,18 @@ class Reporter:
                 url,
                 error,
             )
-        self._audit(
-            "scheduled" if outcome is Outcome.PARKED else str(outcome),
-            task=task.id,
-            url=url,
-            kind=decision.kind,
-            attempt=decision.attempt,
-            delay=round(decision.delay, 3),
-            node=self.config.node_id,
-            reason=decision.reason,
-            ts=plan.now,
-        )
+        if self.audit is not None:
+            self.audit.write(
+                "scheduled" if outcome is Outcome.PARKED else str(outcome),
+                task=task.id,
+                url=url,
+                kind=decision.kind,
+                attempt=decision.attempt,
+                delay=round(decision.delay, 3),
+                node=self.config.node_id,
+                reason=decision.reason,
+                ts=plan.now,
+            )
         if outcome in (Outcome.PARKED, Outcome.DEAD, Outcome.SPOOLED):
             if decision.retry:
                 self.send(
