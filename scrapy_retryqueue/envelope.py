@@ -531,6 +531,24 @@ def _request_class(path: Any) -> type[Request] | None:
     return cls if isinstance(cls, type) and issubclass(cls, Request) else None
 
 
+def item_class(path: Any) -> type | None:
+    """The item class an item replay names (RETRYQUEUE_ITEM_REPLAY), looked up without
+    importing anything, as :func:`_request_class` does: a class of a module already
+    loaded that itemadapter takes for an item class (scrapy.Item, a dataclass, attrs,
+    pydantic). Anything else is None: a name read from a shared Redis must not choose
+    what runs (``subprocess.Popen`` is a class, and callable with the item's fields)."""
+    from itemadapter import ItemAdapter
+
+    if not isinstance(path, str) or len(path) > 1000:
+        return None
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name) if module_name else None
+    cls = getattr(module, name, None) if module is not None and name else None
+    if not isinstance(cls, type) or not ItemAdapter.is_item_class(cls):
+        return None
+    return cls
+
+
 def _method_name(name: str) -> bool:
     # A spider method by name, as Request.to_dict writes it; never a dunder
     # (__init__, __class__): those are no callbacks a spider declares.

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
-from scrapy.utils.misc import load_object
 from twisted.internet import defer
 
 from . import kinds
@@ -443,13 +442,7 @@ class RetryQueueExtension:
         """Send a stored item through the item pipelines again (no download)."""
         from scrapy.http import Response
 
-        replay = request.meta[META_ITEM]
-        item: Any = replay["item"]
-        if replay.get("class"):
-            try:
-                item = load_object(replay["class"])(**item)
-            except Exception:
-                item = dict(replay["item"])  # the class is gone or changed: a dict
+        item = self.runtime.replayed_item(request.meta[META_ITEM])
         # A stand-in for the page: item_error / item_scraped name its request,
         # whose meta holds the task, so the extension acks or reschedules it.
         response = Response(request.url, request=request, flags=[REPLAY_FLAG])

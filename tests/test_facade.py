@@ -3,6 +3,7 @@ extension reads, an item as its replay keeps it. In-process, without a server.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,53 @@ def test_an_item_is_kept_for_its_replay_as_json_with_its_class(tmp_path: Path) -
     }
     # Not JSON: no replay (the page's task is retried instead).
     assert runtime.replay_meta({"when": object()}) is None
+
+
+def test_a_replayed_item_comes_back_as_its_class(tmp_path: Path) -> None:
+    runtime = unopened_runtime(FacadeSpider, tmp_path)
+    stored = runtime.replay_meta(Product(name="b"))
+    assert stored is not None
+    item = runtime.replayed_item(stored)
+    assert isinstance(item, Product) and item["name"] == "b"
+    assert runtime.replayed_item({"item": {"name": "a"}, "class": None}) == {"name": "a"}
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        # Classes and functions of loaded modules, callable with an item's fields.
+        ("subprocess.Popen", {"args": ["touch", "{marker}"]}),
+        ("os.system", {"command": "touch {marker}"}),
+        ("retryqueue_never_imported_module.Item", {"name": "x"}),
+        (f"{__name__}.FacadeSpider", {"name": "x"}),
+        ("x" * 2000, {"name": "x"}),
+    ],
+    ids=["Popen", "os.system", "not imported", "not an item class", "too long"],
+)
+def test_a_replayed_items_class_read_from_redis_runs_nothing(
+    path: str, fields: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Redis is shared with a hostile writer: the class an item replay names may only
+    # be an item class this crawl has loaded, never imported nor any other callable.
+    import sys
+
+    runtime = unopened_runtime(FacadeSpider, tmp_path)
+    marker = tmp_path / "ran"
+    fields = {
+        k: [p.replace("{marker}", str(marker)) for p in v]
+        if isinstance(v, list)
+        else v.replace("{marker}", str(marker))
+        for k, v in fields.items()
+    }
+    with caplog.at_level("WARNING", logger="scrapy_retryqueue"):
+        item = runtime.replayed_item({"item": fields, "class": path})
+        runtime.replayed_item({"item": fields, "class": path})
+    time.sleep(0.2)  # a Popen would have touched the marker by now
+    assert item == fields and type(item) is dict
+    assert not marker.exists()
+    assert "retryqueue_never_imported_module" not in sys.modules
+    assert runtime.crawler.stats.get_value("retryqueue/item_replay/class_unknown") == 2
+    assert len([r for r in caplog.records if "no item class" in r.getMessage()]) == 1
 
 
 def test_a_poll_lost_to_an_outage_is_doubted_and_a_refused_one_is_not(tmp_path: Path) -> None:

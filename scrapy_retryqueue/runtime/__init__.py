@@ -260,6 +260,8 @@ class RetryQueueRuntime(FrontierFacade):
         #: task id -> (request, its live task reference). Until then the lease
         #: holds, so a node killed in between leaves the page to another node.
         self._finishing: dict[str, tuple[Request, TaskRef]] = {}
+        #: Item classes an item replay named that this crawl may not build (said once).
+        self._unknown_item_classes: set[str] = set()
         self._frontier_call: defer.Deferred[Any] | None = None
         self._frontier_again = False
         self._frontier_maintain = False
@@ -853,6 +855,33 @@ class RetryQueueRuntime(FrontierFacade):
         writes.submit(write).addCallbacks(
             written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)
         )
+
+    def replayed_item(self, replay: Mapping[str, Any]) -> Any:
+        """The item an item replay carries, as its class when that class is loaded and is
+        an item class (envelope.item_class), else as a dict: the class is gone or
+        changed, or the stored name is none the crawl may build (one WARNING per name)."""
+        from ..envelope import item_class
+
+        fields = replay["item"]
+        path = replay.get("class")
+        if not path:
+            return fields
+        cls = item_class(path)
+        if cls is not None:
+            try:
+                return cls(**fields)
+            except Exception:
+                return dict(fields)  # the class changed since the item was stored
+        self.reporter.count("retryqueue/item_replay/class_unknown")
+        shown = ascii(path)[:200]
+        if shown not in self._unknown_item_classes:
+            self._unknown_item_classes.add(shown)
+            logger.warning(
+                "scrapy-retryqueue: item replay names class %s, which is no item class "
+                "loaded in this crawl; the item goes to the pipelines as a dict",
+                shown,
+            )
+        return dict(fields)
 
     @staticmethod
     def replay_meta(item: Any) -> dict[str, Any] | None:
