@@ -26,6 +26,7 @@ from .defaults import (
     ENVELOPE_MAX_DEPTH,
     ENVELOPE_MAX_MS,
     ENVELOPE_VERSION,
+    META_ITEM,
     SCRAPY_META_PROXY,
     SCRAPY_META_SCHEME_PROXY,
     TRANSIENT_META_KEYS,
@@ -529,6 +530,23 @@ def _request_class(path: Any) -> type[Request] | None:
     module = sys.modules.get(module_name) if module_name else None
     cls = getattr(module, name, None) if module is not None and name else None
     return cls if isinstance(cls, type) and issubclass(cls, Request) else None
+
+
+def check_item_replay(value: Any) -> None:
+    """EnvelopeError unless *value* (a stored request's ``retryqueue_item`` meta) is
+    absent or an item replay as runtime.replay_meta writes it: ``{"item": {...},
+    "class": <text or None>}``."""
+    if value is None:
+        return
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("item"), dict)
+        or not isinstance(value.get("class"), (str, type(None)))
+    ):
+        raise EnvelopeError(
+            f"envelope request meta {META_ITEM!r} is not an item replay "
+            '({"item": {...}, "class": <text or null>})'
+        )
 
 
 def item_class(path: Any) -> type | None:

@@ -147,6 +147,32 @@ def test_a_replayed_items_class_read_from_redis_runs_nothing(
     assert len([r for r in caplog.records if "no item class" in r.getMessage()]) == 1
 
 
+@pytest.mark.parametrize(
+    "replay",
+    [
+        "not a dict",
+        {"class": None},
+        {"item": "text", "class": None},
+        {"item": {"name": "a"}, "class": 42},
+    ],
+)
+def test_a_claimed_task_with_a_broken_item_replay_is_a_malformed_dead_letter(
+    replay: object, tmp_path: Path
+) -> None:
+    runtime = unopened_runtime(FacadeSpider, tmp_path)
+    stored = request_to_json(scrapy.Request("http://example.com/i"), runtime.spider)
+    stored["meta"] = {"retryqueue_item": replay}
+    isolated: list[str] = []
+    # The dead letter's write needs Redis; what is checked here is that the task is
+    # isolated before anything replays it.
+    runtime._dead_letter_malformed = lambda task_id, raw, token, exc: isolated.append(str(exc))
+    assert runtime.claimed("t1", _task(stored), "tok-1") is None
+    assert len(isolated) == 1 and "retryqueue_item" in isolated[0]
+    # A sound replay passes.
+    stored["meta"] = {"retryqueue_item": {"item": {"name": "a"}, "class": None}}
+    assert runtime.claimed("t2", _task(stored), "tok-1") is not None
+
+
 def test_a_poll_lost_to_an_outage_is_doubted_and_a_refused_one_is_not(tmp_path: Path) -> None:
     import redis
     from twisted.python.failure import Failure

@@ -42,11 +42,13 @@ from ..defaults import (
     FLEET_HEARTBEAT_MIN_MS,
     FLEET_REGISTERED_POLLS,
     META_FRONTIER,
+    META_ITEM,
     META_TASK,
 )
 from ..domains import DomainCooldowns
 from ..envelope import (
     EnvelopeError,
+    check_item_replay,
     check_json,
     malformed_envelope,
     request_from_json,
@@ -803,6 +805,7 @@ class RetryQueueRuntime(FrontierFacade):
         try:
             task = task_from_json(raw)
             request = request_from_json(task.request, self.spider, cipher=self.config.encryption)
+            check_item_replay(request.meta.get(META_ITEM))
             return self.claimed_request(task, token, request)
         except EncryptionKeyError:
             raise  # not malformed: it goes on up
