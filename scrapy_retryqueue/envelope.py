@@ -517,19 +517,25 @@ _REQUEST_TYPES: dict[str, type] = {
 }
 
 
-def _request_class(path: Any) -> type[Request] | None:
-    """The Request class *path* names, looked up without importing anything.
+def _loaded_class(path: Any) -> type | None:
+    """The class *path* (``module.Name``) names, looked up without importing anything.
 
     Importing a module runs its top-level code: a name read from a shared
-    Redis must not choose what runs. The class of a request this process
-    wrote was imported when the request was made, so it is loaded already.
+    Redis must not choose what runs. A class this process stored was imported
+    when its object was made, so it is loaded already.
     """
     if not isinstance(path, str) or len(path) > 1000:
         return None
     module_name, _, name = path.rpartition(".")
     module = sys.modules.get(module_name) if module_name else None
     cls = getattr(module, name, None) if module is not None and name else None
-    return cls if isinstance(cls, type) and issubclass(cls, Request) else None
+    return cls if isinstance(cls, type) else None
+
+
+def _request_class(path: Any) -> type[Request] | None:
+    """The Request class *path* names, among the loaded ones (_loaded_class)."""
+    cls = _loaded_class(path)
+    return cls if cls is not None and issubclass(cls, Request) else None
 
 
 def check_item_replay(value: Any) -> None:
@@ -550,21 +556,14 @@ def check_item_replay(value: Any) -> None:
 
 
 def item_class(path: Any) -> type | None:
-    """The item class an item replay names (RETRYQUEUE_ITEM_REPLAY), looked up without
-    importing anything, as :func:`_request_class` does: a class of a module already
-    loaded that itemadapter takes for an item class (scrapy.Item, a dataclass, attrs,
-    pydantic). Anything else is None: a name read from a shared Redis must not choose
-    what runs (``subprocess.Popen`` is a class, and callable with the item's fields)."""
+    """The item class an item replay names (RETRYQUEUE_ITEM_REPLAY), among the loaded
+    ones (_loaded_class), and one itemadapter takes for an item class (scrapy.Item, a
+    dataclass, attrs, pydantic): ``subprocess.Popen`` too is a class, callable with
+    the item's fields."""
     from itemadapter import ItemAdapter
 
-    if not isinstance(path, str) or len(path) > 1000:
-        return None
-    module_name, _, name = path.rpartition(".")
-    module = sys.modules.get(module_name) if module_name else None
-    cls = getattr(module, name, None) if module is not None and name else None
-    if not isinstance(cls, type) or not ItemAdapter.is_item_class(cls):
-        return None
-    return cls
+    cls = _loaded_class(path)
+    return cls if cls is not None and ItemAdapter.is_item_class(cls) else None
 
 
 def _method_name(name: str) -> bool:

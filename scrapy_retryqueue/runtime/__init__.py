@@ -262,8 +262,6 @@ class RetryQueueRuntime(FrontierFacade):
         #: task id -> (request, its live task reference). Until then the lease
         #: holds, so a node killed in between leaves the page to another node.
         self._finishing: dict[str, tuple[Request, TaskRef]] = {}
-        #: Item classes an item replay named that this crawl may not build (said once).
-        self._unknown_item_classes: set[str] = set()
         self._frontier_call: defer.Deferred[Any] | None = None
         self._frontier_again = False
         self._frontier_maintain = False
@@ -875,15 +873,7 @@ class RetryQueueRuntime(FrontierFacade):
                 return cls(**fields)
             except Exception:
                 return dict(fields)  # the class changed since the item was stored
-        self.reporter.count("retryqueue/item_replay/class_unknown")
-        shown = ascii(path)[:200]
-        if shown not in self._unknown_item_classes:
-            self._unknown_item_classes.add(shown)
-            logger.warning(
-                "scrapy-retryqueue: item replay names class %s, which is no item class "
-                "loaded in this crawl; the item goes to the pipelines as a dict",
-                shown,
-            )
+        self.reporter.item_class_unknown(path)
         return dict(fields)
 
     @staticmethod

@@ -91,6 +91,8 @@ class Reporter:
             )
         self._errors_logged: set[str] = set()
         self._records_logged: set[str] = set()
+        #: Item classes an item replay named that the crawl may not build, said once each.
+        self._classes_logged: set[str] = set()
         #: Retries the budget deferred since its last log line, per domain, and when
         #: that line was said (time.monotonic()).
         self._budget_deferred: dict[str, int] = {}
@@ -210,6 +212,20 @@ class Reporter:
                     outcome=str(outcome),
                 )
         return outcome
+
+    def item_class_unknown(self, path: object) -> None:
+        """An item replay named a class the crawl may not build: counted, said once per name."""
+        self.count("retryqueue/item_replay/class_unknown")
+        shown = ascii(path)[:200]
+        # Bounded: a hostile writer's endless new names must not fill the log or memory.
+        if shown in self._classes_logged or len(self._classes_logged) >= 100:
+            return
+        self._classes_logged.add(shown)
+        logger.warning(
+            "scrapy-retryqueue: item replay names class %s, which is no item class loaded "
+            "in this crawl; the item goes to the pipelines as a dict",
+            shown,
+        )
 
     def malformed_records(self, fields: list[str]) -> None:
         """Learned recovery records that do not read (recovery.py): ignored; one WARNING
