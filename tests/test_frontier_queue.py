@@ -91,6 +91,36 @@ def test_renew_keeps_held_leases_and_reports_lost_ones(redis_client: Any, spider
     assert f.counts() == (1, 1)
 
 
+def test_a_node_that_stalled_past_its_leases_keeps_what_nobody_took(
+    redis_client: Any, spider_name: str
+) -> None:
+    from scrapy import Request
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.runtime.frontier import Frontier
+    from scrapy_retryqueue.values import now_ms
+
+    store = _frontier(redis_client, spider_name)
+    store.push([_entry(1), _entry(2)])
+    # Leased, one popped and downloading, then the node stalled past both leases.
+    expired = now_ms() - 1000
+    leased = store.lease(limit=2, lease_until=expired, token="n:a:0")
+    node = Frontier(load_config(Settings({"RETRYQUEUE_LEASE_TIME": 3})), lambda: "n:a:1")
+    (first, _), (second, raw) = leased.requests
+    node.running[first] = ("n:a:0", Request("http://x/1"))
+    node.ready.append((second, raw, "n:a:0"))
+
+    result = node.io(store, maintain=True, lease=True)()
+
+    # Renewed before the reap: neither reclaimed nor leased again; both still its own.
+    assert (result.reclaimed, result.lost, result.leased.requests) == ([], [], [])
+    keys = keys_for(spider_name)
+    for request_id in (first, second):
+        assert redis_client.hget(keys.frontier_owners, request_id) in (b"n:a:0", "n:a:0")
+        assert redis_client.zscore(keys.frontier_leased, request_id) > now_ms()
+
+
 def test_a_dead_nodes_leases_return_then_poison_is_quarantined(
     redis_client: Any, spider_name: str
 ) -> None:

@@ -834,6 +834,32 @@ def test_a_poll_whose_reply_was_lost_has_its_claim_handed_back_by_the_next(
     assert leases.doubtful == set()
 
 
+def test_a_node_that_stalled_past_its_lease_keeps_the_task_nobody_took(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.runtime.leases import Leases
+    from scrapy_retryqueue.values import now_ms
+
+    assert queue.schedule(make_task("a", due=0), now=0)
+    leases = Leases(load_config(Settings({"RETRYQUEUE_NODE_ID": "node-a"})))
+    # Claimed, then the node stalled: its lease ran out and no other node polled.
+    expired = now_ms() - 1000
+    assert claim_ids(queue, now=0, limit=1, lease_until=expired, token="node-a:0") == ["a"]
+    leases.hold("a", "node-a:0")
+
+    io, _ = leases.poll_io(queue, None, last_busy=0)
+    result = io()
+
+    # Renewed before the reap: not reclaimed, not claimed a second time, still its own.
+    assert (result.reclaimed, result.lost, result.claimed.tasks) == ([], [], [])
+    assert hget(redis_client, queue.keys.owners, "a") == "node-a:0"
+    assert redis_client.zscore(queue.keys.leased, "a") > now_ms()
+    assert redis_client.hget(queue.keys.reclaims, "a") is None
+
+
 def test_a_projects_queue_probes_and_unclaims_its_own_keys_after_adopting_the_old_layout(
     queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
 ) -> None:

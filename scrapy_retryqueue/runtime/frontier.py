@@ -4,8 +4,8 @@ Nothing here blocks the reactor. Pushed requests wait in an outbox; popped
 requests come from a batch leased ahead; finished ones wait for their
 acknowledgement. One worker call (:meth:`Frontier.io`) writes the pushes
 first, then the acknowledgements, so a finished request's children are in
-Redis before it leaves; then it renews what this node holds, reaps expired
-leases (at polls), and leases the next batch, reading the frontier's counts.
+Redis before it leaves; then it renews what this node holds, reaps the other
+expired leases (at polls), and leases the next batch, reading the frontier's counts.
 """
 
 from __future__ import annotations
@@ -166,10 +166,12 @@ class Frontier:
                 result.lost += lost
             if taken.bad:
                 result.quarantined = store.quarantine(taken.bad)
+            if renew:
+                # Before the reap: a node that stalled past its leases keeps what
+                # nobody took meanwhile instead of reaping and fetching it again.
+                result.lost += store.renew(renew, lease_until=now_ + lease_ms)
             if maintain:
                 result.reclaimed, result.poisoned = store.reap(now=now_, max_reclaims=max_reclaims)
-            if renew:
-                result.lost += store.renew(renew, lease_until=now_ + lease_ms)
             result.leased = store.lease(limit=limit, lease_until=now_ + lease_ms, token=token)
             return result
 

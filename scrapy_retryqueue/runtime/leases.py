@@ -1,8 +1,8 @@
 """The tasks this node holds under lease, and the poll that claims, renews and reaps them.
 
 One poll is one worker call: hand back what earlier polls whose reply was
-lost had claimed, return expired leases to due (or dead-letter a poison task),
-renew what this node holds, claim as many due tasks as it has room for, and
+lost had claimed, renew what this node holds, return the other expired leases
+to due (or dead-letter a poison task), claim as many due tasks as it has room for, and
 read the cooling domains. Nothing due in the future is held in
 memory: only the ids and tokens of tasks this node is running.
 """
@@ -127,10 +127,13 @@ class Leases:
             now_ = now_ms()
             # First, so that this very claim may take them again.
             unclaimed = queue.unclaim(doubtful, now=now_) if doubtful else []
+            # Renewed before the reap: a node that stalled past its leases (a busy
+            # machine) keeps what nobody took meanwhile, rather than reaping its own
+            # tasks and running them a second time beside the first.
+            lost = queue.renew(leases, lease_until=now_ + lease_ms)
             reclaimed, poisoned = queue.reap(
                 now=now_, limit=QUEUE_BATCH, max_reclaims=config.max_reclaims
             )
-            lost = queue.renew(leases, lease_until=now_ + lease_ms)
             claimed = queue.claim(
                 now=now_,
                 limit=room,
