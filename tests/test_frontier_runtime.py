@@ -136,6 +136,30 @@ def test_renewals_cover_what_the_node_holds_and_lost_leases_are_dropped() -> Non
     assert not f.ready and not f.running
 
 
+def test_a_round_trip_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    from scrapy_retryqueue.runtime import frontier as frontier_module
+
+    f = _frontier(RETRYQUEUE_LEASE_TIME=3)
+    f.running = {"a": ("t2", Request("http://x/a"))}
+    f._last_renew = time.time()  # renewed a moment ago: no renewal due
+    on_time = _Store()
+    f.io(on_time, maintain=True, lease=False)()  # type: ignore[arg-type]
+    assert [call for call, _ in on_time.calls] == ["reap", "lease"]
+
+    # Made, then the process froze before the worker ran it: by then its leases
+    # may have run out, and the reap would take them.
+    io = f.io(held_up := _Store(), maintain=True, lease=False)
+    later = frontier_module.now_ms() + 1000
+    monkeypatch.setattr(frontier_module, "now_ms", lambda: later)
+    io()
+    assert [call for call, _ in held_up.calls] == ["renew", "reap", "lease"]
+    assert held_up.calls[0] == ("renew", {"a": "t2"})
+
+
 def test_a_full_batch_in_hand_leases_no_more() -> None:
     f = _frontier()
     for n in range(3):

@@ -860,6 +860,37 @@ def test_a_node_that_stalled_past_its_lease_keeps_the_task_nobody_took(
     assert redis_client.hget(queue.keys.reclaims, "a") is None
 
 
+def test_a_poll_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
+    queue: RedisDelayedQueue,
+    redis_client: redis.Redis,
+    make_task: MakeTask,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.runtime import leases as leases_module
+    from scrapy_retryqueue.runtime.leases import Leases
+
+    assert queue.schedule(make_task("a", due=0), now=0)
+    leases = Leases(load_config(Settings({"RETRYQUEUE_LEASE_TIME": 3})))
+    start = leases_module.now_ms()
+    assert claim_ids(queue, now=0, limit=1, lease_until=start + 500, token="node-a:0") == ["a"]
+    leases.hold("a", "node-a:0")
+    leases._last_renew = time.time()  # renewed a moment ago: no renewal due
+
+    # Made, then the process froze past the lease before the worker ran it.
+    io, _ = leases.poll_io(queue, None, last_busy=0)
+    monkeypatch.setattr(leases_module, "now_ms", lambda: start + 1500)
+    result = io()
+
+    assert (result.reclaimed, result.lost, result.claimed.tasks) == ([], [], [])
+    assert hget(redis_client, queue.keys.owners, "a") == "node-a:0"
+    assert redis_client.zscore(queue.keys.leased, "a") == start + 1500 + 3000
+
+
 def test_a_projects_queue_probes_and_unclaims_its_own_keys_after_adopting_the_old_layout(
     queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
 ) -> None:

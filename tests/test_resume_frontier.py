@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ def _items(out: Path) -> list[str]:
 def _notes(runs: list[Path]) -> str:
     """What each run's log says of leases, hand-backs and closing: where a page parsed
     twice came from."""
-    words = ("lease", "released", "reclaimed", "could not", "down", "Closing spider", "done")
+    words = ("lease", "released", "reclaimed", "could not", "is down", "Closing spider", "is done")
     lines = []
     for n, out in enumerate(runs):
         log = out.with_suffix(".log").read_text().splitlines()
@@ -109,3 +110,28 @@ def test_interrupted_then_resumed_parses_every_page_once(
     assert not twice, f"parsed twice (url: runs): {twice}; {report}\n{_notes(runs)}"
     # The interrupt fell where it was meant to: part of the crawl was left to resume.
     assert len(_items(first)) < len(parseable), report
+
+
+def test_a_node_paused_past_its_leases_parses_no_page_twice(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    # A crawl frozen longer than RETRYQUEUE_LEASE_TIME (a loaded machine, a laptop
+    # that slept), then thawed: its leases ran out while nobody else crawled. It
+    # renews them before it reaps, so it fetches none of its own requests again.
+    with flaky_site(pages=60, slow=2, retry_after=1, latency=0.05) as site:
+        out = tmp_path / "out.jsonl"
+        process = _start(site.url, namespace, redis_url, out)
+        try:
+            wait_for(lambda: len(_items(out)) >= 5, "5 items", 120)
+            process.send_signal(signal.SIGSTOP)
+            time.sleep(SETTINGS["RETRYQUEUE_LEASE_TIME"] + 2)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert process.wait(300) == 0
+        scenarios = site.get_json("/__scenarios")
+    parseable = {site.url + p for p, info in scenarios.items() if info["expected"] == "parsed"}
+    parsed = Counter(_items(out))
+    log = out.with_suffix(".log")
+    assert set(parsed) == parseable, _notes([out])
+    assert max(parsed.values()) == 1, f"{[u for u, c in parsed.items() if c > 1]}\n{_notes([out])}"
+    assert "frontier is done" in log.read_text()

@@ -143,15 +143,18 @@ class Frontier:
         self._taken = taken
         renew: dict[str, str] = {}
         now = time.time()
-        if maintain and now - self._last_renew >= config.lease_time / 3:
-            self._last_renew = now
+        renew_due = maintain and now - self._last_renew >= config.lease_time / 3
+        if maintain:
             renew = {request_id: token for request_id, _, token in self.ready}
             renew.update((request_id, token) for request_id, (token, _) in self.running.items())
             renew.update(self.kept)
+        if renew_due:
+            self._last_renew = now
         limit = max(0, self.batch - len(self.ready)) if lease and self.wants_lease else 0
         token = self._new_token()
         lease_ms = int(config.lease_time * 1000)
         max_reclaims = config.max_reclaims
+        built = now_ms()
 
         def io() -> FrontierResult:
             now_ = now_ms()
@@ -166,9 +169,10 @@ class Frontier:
                 result.lost += lost
             if taken.bad:
                 result.quarantined = store.quarantine(taken.bad)
-            if renew:
-                # Before the reap: a node that stalled past its leases keeps what
-                # nobody took meanwhile instead of reaping and fetching it again.
+            # Before the reap: a node that stalled past its leases keeps what nobody
+            # took meanwhile instead of reaping and fetching it again; a round trip
+            # held up between its making and its run (the same stall) renews too.
+            if renew and (renew_due or now_ - built >= lease_ms // 3):
                 result.lost += store.renew(renew, lease_until=now_ + lease_ms)
             if maintain:
                 result.reclaimed, result.poisoned = store.reap(now=now_, max_reclaims=max_reclaims)

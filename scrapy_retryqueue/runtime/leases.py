@@ -107,13 +107,14 @@ class Leases:
         """
         config = self.config
         now = time.time()
-        leases: dict[str, str] = {}
-        if now - self._last_renew >= config.lease_time / 3:
-            leases = dict(self.held)
+        held = dict(self.held)
+        renew_due = now - self._last_renew >= config.lease_time / 3
+        if renew_due:
             self._last_renew = now
         room = self.room
         token = self.new_token()
         lease_ms = int(config.lease_time * 1000)
+        built = now_ms()
         max_wait = config.deferral_max_wait
         max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
         doubtful = sorted(self.doubtful)
@@ -129,8 +130,10 @@ class Leases:
             unclaimed = queue.unclaim(doubtful, now=now_) if doubtful else []
             # Renewed before the reap: a node that stalled past its leases (a busy
             # machine) keeps what nobody took meanwhile, rather than reaping its own
-            # tasks and running them a second time beside the first.
-            lost = queue.renew(leases, lease_until=now_ + lease_ms)
+            # tasks and running them a second time beside the first. A poll held up
+            # between its making and its run (the same stall) renews too.
+            late = now_ - built >= lease_ms // 3
+            lost = queue.renew(held, lease_until=now_ + lease_ms) if renew_due or late else []
             reclaimed, poisoned = queue.reap(
                 now=now_, limit=QUEUE_BATCH, max_reclaims=config.max_reclaims
             )
