@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import scrapy
 from cryptography.fernet import Fernet
+from twisted.internet.defer import Deferred
 
 from scrapy_retryqueue.encryption import RequestCipher
 from scrapy_retryqueue.envelope import Task, request_to_json
@@ -71,8 +72,13 @@ def test_the_counts_the_extension_reads_follow_the_leases_and_the_writes(tmp_pat
     runtime.leases.hold("a", "tok")
     runtime.leases.hold("b", "tok")
     assert (runtime.held, runtime.room) == (2, 1)
-    runtime.leases.drop("a")
+    # Its last write on its way: room again at once, renewed until the write lands.
+    landed: Deferred[None] = Deferred()
+    runtime.leases.written_by("a", landed)
     assert (runtime.held, runtime.room) == (1, 2)
+    assert runtime.leases.writing == {"a": "tok"}
+    landed.callback(None)
+    assert runtime.leases.writing == {}
     # Each write moves the marker, done or not (unopened: this one fails at once).
     runtime.writes.call(lambda: None).addErrback(lambda _: None)
     assert runtime.writes_submitted == 1

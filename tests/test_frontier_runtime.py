@@ -152,9 +152,10 @@ def test_a_round_trip_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
 
     # Made, then the process froze before the worker ran it: by then its leases
     # may have run out, and the reap would take them.
+    clock = [frontier_module.now_ms()]
+    monkeypatch.setattr(frontier_module, "now_ms", lambda: clock[0])
     io = f.io(held_up := _Store(), maintain=True, lease=False)
-    later = frontier_module.now_ms() + 1000
-    monkeypatch.setattr(frontier_module, "now_ms", lambda: later)
+    clock[0] += 1000
     io()
     assert [call for call, _ in held_up.calls] == ["renew", "reap", "lease"]
     assert held_up.calls[0] == ("renew", {"a": "t2"})

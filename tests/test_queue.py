@@ -882,13 +882,49 @@ def test_a_poll_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
     leases._last_renew = time.time()  # renewed a moment ago: no renewal due
 
     # Made, then the process froze past the lease before the worker ran it.
+    clock = [start]
+    monkeypatch.setattr(leases_module, "now_ms", lambda: clock[0])
     io, _ = leases.poll_io(queue, None, last_busy=0)
-    monkeypatch.setattr(leases_module, "now_ms", lambda: start + 1500)
+    clock[0] = start + 1500
     result = io()
 
     assert (result.reclaimed, result.lost, result.claimed.tasks) == ([], [], [])
     assert hget(redis_client, queue.keys.owners, "a") == "node-a:0"
     assert redis_client.zscore(queue.keys.leased, "a") == start + 1500 + 3000
+
+
+def test_a_task_whose_last_write_waits_behind_a_poll_is_renewed_not_reaped(
+    queue: RedisDelayedQueue, redis_client: redis.Redis, make_task: MakeTask
+) -> None:
+    from scrapy.settings import Settings
+    from twisted.internet.defer import Deferred
+
+    from scrapy_retryqueue.config import load_config
+    from scrapy_retryqueue.queue import Write
+    from scrapy_retryqueue.runtime.leases import Leases
+    from scrapy_retryqueue.values import now_ms
+
+    assert queue.schedule(make_task("a", due=0), now=0)
+    leases = Leases(load_config(Settings({"RETRYQUEUE_NODE_ID": "node-a"})))
+    expired = now_ms() - 1000  # the node stalled past the lease
+    assert claim_ids(queue, now=0, limit=1, lease_until=expired, token="node-a:0") == ["a"]
+    leases.hold("a", "node-a:0")
+    # The page succeeded: its ack is submitted, and waits behind the poll below.
+    ack_landed: Deferred[None] = Deferred()
+    leases.written_by("a", ack_landed)
+    assert leases.room == leases.config.max_in_flight
+
+    io, _ = leases.poll_io(queue, None, last_busy=0)
+    result = io()
+    assert (result.reclaimed, result.lost, result.claimed.tasks) == ([], [], [])
+    assert hget(redis_client, queue.keys.owners, "a") == "node-a:0"
+
+    # The ack then lands under the lease it was written with.
+    assert queue.apply([Write("ack", "a", now_ms(), "node-a:0", kind="timeout")]) == [True]
+    ack_landed.callback(None)
+    assert leases.writing == {} and where(redis_client, queue.keys, "a") == set()
+    # A renewal that finds it gone now is no lost lease of this node's.
+    assert leases.lost(["a"]) == []
 
 
 def test_a_projects_queue_probes_and_unclaims_its_own_keys_after_adopting_the_old_layout(

@@ -612,9 +612,9 @@ class RetryQueueRuntime(FrontierFacade):
             write = self._learning(write, plan.ref)
         if plan.ref is not None:
             settle(plan.ref)
-        if write.token is not None:
-            self.leases.drop(plan.task.id)
         d = self.writes.submit(write)
+        if write.token is not None:
+            self.leases.written_by(plan.task.id, d)
         d.addCallbacks(
             lambda outcome: self.reporter.planned(plan, outcome),
             lambda f: self.reporter.planned(plan, Outcome.ERROR, f.value),
@@ -643,7 +643,6 @@ class RetryQueueRuntime(FrontierFacade):
             return
         settle(ref)
         task_id, now = ref["id"], now_ms()
-        self.leases.drop(task_id)
         write = Write(
             *("ack", task_id, now, ref["token"]),
             kind=ref["kind"],
@@ -654,7 +653,9 @@ class RetryQueueRuntime(FrontierFacade):
         if not ignored:
             write = self._learning(write, ref)
         how = "ignored" if ignored else "recovered"
-        self.writes.submit(write).addCallbacks(
+        d = self.writes.submit(write)
+        self.leases.written_by(task_id, d)
+        d.addCallbacks(
             lambda result: self.reporter.acked(request, ref, how, result, now),
             lambda f: self.reporter.ack_failed(ref, f.value),
         )
@@ -680,8 +681,8 @@ class RetryQueueRuntime(FrontierFacade):
         if ref is None or queue is None or self.writes.down:
             return  # not a task, or its lease simply expires
         settle(ref)
-        self.leases.drop(ref["id"])
         d = self.writes.call(queue.release, {ref["id"]: ref["token"]}, now=now_ms())
+        self.leases.written_by(ref["id"], d)
         d.addCallbacks(
             lambda count: self.reporter.count("retryqueue/released", count),
             lambda f: logger.debug("release failed: %s", f.value),
@@ -708,7 +709,7 @@ class RetryQueueRuntime(FrontierFacade):
         )
 
     def poll(self, *, last_busy: int = 0) -> defer.Deferred[Any] | None:
-        """One round trip: reap, renew, claim, read cooldowns; or replay the spool first.
+        """One round trip: renew, reap, claim, read cooldowns; or replay the spool first.
 
         Fires with a :class:`PollResult` (its claimed tasks are held; the
         caller re-injects or releases them), or with a bool after a spool
@@ -776,9 +777,9 @@ class RetryQueueRuntime(FrontierFacade):
         # Ghosts (due ids without an envelope): claim.lua dead-lettered them.
         reporter.ghosts(result.claimed)
         reporter.budget(result.claimed)
-        if result.lost:
-            self.leases.lost(result.lost)
-            reporter.count("retryqueue/lease_lost", len(result.lost))
+        lost = self.leases.lost(result.lost) if result.lost else []
+        if lost:
+            reporter.count("retryqueue/lease_lost", len(lost))
         for task_id, _ in result.claimed.tasks:
             self.leases.hold(task_id, result.token)
         return result
@@ -843,7 +844,6 @@ class RetryQueueRuntime(FrontierFacade):
         logger.error(
             "scrapy-retryqueue: task %s is malformed (%s); dead-lettered", ascii(task_id), error
         )
-        self.leases.drop(task_id)
         envelope = malformed_envelope(task_id, raw, str(error), self.config.node_id)
         write = Write(
             "deadletter", task_id, now_ms(), token, envelope=envelope, kind=MALFORMED_KIND
@@ -853,7 +853,9 @@ class RetryQueueRuntime(FrontierFacade):
             if outcome is Outcome.DEAD:
                 self.reporter.dead_without_request(MALFORMED_KIND, [task_id], str(error))
 
-        writes.submit(write).addCallbacks(
+        d = writes.submit(write)
+        self.leases.written_by(task_id, d)
+        d.addCallbacks(
             written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)
         )
 

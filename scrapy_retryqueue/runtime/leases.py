@@ -22,6 +22,8 @@ from ..values import now_ms
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from twisted.internet.defer import Deferred
+
     from ..config import Config
     from ..domains import DomainCooldowns
     from ..queue import Claimed, RedisDelayedQueue, RetryBudget
@@ -54,6 +56,10 @@ class Leases:
         self.config = config
         #: Task id -> lease token, for the tasks this node runs now.
         self.held: dict[str, str] = {}
+        #: Task id -> lease token, for tasks whose last write (ack, reschedule, dead
+        #: letter, hand-back) is on its way: no longer room taken, but renewed until
+        #: the write lands, so that a poll that runs before it cannot reap them.
+        self.writing: dict[str, str] = {}
         self._prefix = lease_prefix(config.node_id)
         self._serial = itertools.count()
         self._last_renew = 0.0
@@ -69,8 +75,20 @@ class Leases:
     def hold(self, task_id: str, token: str) -> None:
         self.held[task_id] = token
 
-    def drop(self, task_id: str) -> None:
-        self.held.pop(task_id, None)
+    def written_by(self, task_id: str, landed: Deferred[Any]) -> None:
+        """The task's last write is *landed* (a Deferred): the task leaves the held
+        ones now and is renewed with them until the write has landed or failed."""
+        token = self.held.pop(task_id, None)
+        if token is None:
+            return
+        self.writing[task_id] = token
+
+        def done(result: Any) -> Any:
+            if self.writing.get(task_id) == token:
+                del self.writing[task_id]
+            return result
+
+        landed.addBoth(done)
 
     def take_all(self) -> dict[str, str]:
         """Every lease held, forgotten here (the caller hands them back)."""
@@ -107,7 +125,7 @@ class Leases:
         """
         config = self.config
         now = time.time()
-        held = dict(self.held)
+        held = {**self.writing, **self.held}
         renew_due = now - self._last_renew >= config.lease_time / 3
         if renew_due:
             self._last_renew = now
@@ -178,6 +196,9 @@ class Leases:
         """What the polls that used *tokens* leased is back in due."""
         self.doubtful.difference_update(tokens)
 
-    def lost(self, task_ids: list[str]) -> None:
-        for task_id in task_ids:
-            self.held.pop(task_id, None)
+    def lost(self, task_ids: list[str]) -> list[str]:
+        """Forget the leases a renewal found gone; the ones that were still held.
+
+        A task whose write landed between the poll's making and its renewal is
+        gone for the best of reasons: it is not returned."""
+        return [task_id for task_id in task_ids if self.held.pop(task_id, None) is not None]
