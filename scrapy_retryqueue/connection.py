@@ -18,7 +18,9 @@ start is such an outage too.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +41,13 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from . import embedded
-from .defaults import REDIS_CONNECT_TIMEOUT, REDIS_HEALTH_CHECK_INTERVAL, REDIS_SOCKET_TIMEOUT
+from .defaults import (
+    CLUSTER_START_FAILOVER_WAIT,
+    CLUSTER_START_RETRY_EVERY,
+    REDIS_CONNECT_TIMEOUT,
+    REDIS_HEALTH_CHECK_INTERVAL,
+    REDIS_SOCKET_TIMEOUT,
+)
 
 if TYPE_CHECKING:
     from .config import Config
@@ -67,6 +75,8 @@ QUEUE_ARGUMENTS = (
     "health_check_interval",
     "decode_responses",
 )
+
+logger = logging.getLogger(__name__)
 
 #: Errors that mean the server (or the cluster node owning the slot) cannot
 #: serve the queue now: connection refused or lost, a timeout, a server still
@@ -354,11 +364,48 @@ def check_reachable(config: Config, *, timeout: float) -> None:
     )
     try:
         if isinstance(client, LazyCluster):
-            _ping_some_primary(client)
+            _wait_for_some_primary(client)
         else:
             client.ping()
     finally:
         client.close()
+
+
+def _wait_for_some_primary(
+    client: LazyCluster,
+    *,
+    wait: float = CLUSTER_START_FAILOVER_WAIT,
+    every: float = CLUSTER_START_RETRY_EVERY,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """:func:`_ping_some_primary`, asked again for up to *wait* seconds while the
+    cluster answers and a master it lists does not.
+
+    redis-py makes a cluster client by reading the topology from a node, then asking
+    its first master for the command table: in a failover under way that master is
+    dead, and the client cannot be made until a replica takes over. A cluster no
+    node answers (RedisClusterUnreachableError, a RedisClusterException) is not
+    waited for.
+    """
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            _ping_some_primary(client)
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if time.monotonic() + every > deadline:
+                raise
+            if not said:
+                said = True
+                logger.warning(
+                    "scrapy-retryqueue: the Redis Cluster answers but a master it lists does "
+                    "not (%s): a failover under way? Waiting up to %ss for a replica to take "
+                    "over",
+                    exc,
+                    wait,
+                )
+        sleep(every)
 
 
 def _ping_some_primary(client: LazyCluster) -> None:

@@ -180,6 +180,11 @@ FLEET_BUSY_MIN_MS = 2000
 FLEET_REGISTERED_POLLS = 5
 #: How long the start of a crawl waits for its Redis to answer, seconds.
 REDIS_START_TIMEOUT = 3
+#: How long the start of a crawl waits, seconds, for a Redis Cluster that answers but
+#: one of whose masters does not (a failover under way: a replica takes over within
+#: the cluster's cluster-node-timeout, 15 s by default), and how often it asks again.
+CLUSTER_START_FAILOVER_WAIT = 20
+CLUSTER_START_RETRY_EVERY = 0.5
 #: scrapy-redis's own defaults for REDIS_HOST / REDIS_PORT, used when a project
 #: sets only one of them.
 SCRAPY_REDIS_HOST = "localhost"

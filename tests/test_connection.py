@@ -450,3 +450,56 @@ def test_a_cluster_client_never_asks_for_maintenance_notifications(
     assert not node.connection_pool.maint_notifications_enabled()
     assert _maint_lines(caplog) == []
     client.close()
+
+
+class _FailingOver:
+    """A cluster client made the way redis-py makes one while a failover is under way:
+    its first *dead* attempts fail on the dead master, then a replica has taken over."""
+
+    def __init__(self, dead: int, error: Exception) -> None:
+        self.dead, self.error, self.made = dead, error, 0
+
+    def make(self) -> Any:
+        self.made += 1
+        if self.made <= self.dead:
+            raise self.error
+        return self
+
+    def get_primaries(self) -> list[str]:
+        return ["a"]
+
+    def ping(self, target_nodes: Any = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_start_waits_for_a_failover_under_way(caplog: pytest.LogCaptureFixture) -> None:
+    from scrapy_retryqueue.connection import LazyCluster, _wait_for_some_primary
+
+    cluster = _FailingOver(3, redis.ConnectionError("Error 111 connecting to 127.0.0.1:7001."))
+    slept: list[float] = []
+    with caplog.at_level("WARNING", logger="scrapy_retryqueue.connection"):
+        _wait_for_some_primary(LazyCluster(cluster.make), wait=5, every=0.01, sleep=slept.append)
+    assert cluster.made == 4 and slept == [0.01] * 3
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "failover under way" in lines[0] and "7001" in lines[0]
+
+
+def test_the_start_waits_for_a_failover_no_longer_than_its_bound() -> None:
+    from scrapy_retryqueue.connection import LazyCluster, _wait_for_some_primary
+
+    cluster = _FailingOver(10**6, redis.ConnectionError("refused"))
+    with pytest.raises(redis.ConnectionError):
+        _wait_for_some_primary(LazyCluster(cluster.make), wait=0.2, every=0.05)
+    assert 2 <= cluster.made <= 6
+
+
+def test_the_start_does_not_wait_for_a_cluster_no_node_answers() -> None:
+    from scrapy_retryqueue.connection import LazyCluster, _wait_for_some_primary
+
+    cluster = _FailingOver(1, RedisClusterException("Redis Cluster cannot be connected."))
+    with pytest.raises(RedisClusterException):
+        _wait_for_some_primary(LazyCluster(cluster.make), wait=5, every=0.01, sleep=pytest.fail)
+    assert cluster.made == 1
