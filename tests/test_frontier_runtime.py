@@ -142,10 +142,11 @@ def test_a_round_trip_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
     import time
 
     from scrapy_retryqueue.runtime import frontier as frontier_module
+    from scrapy_retryqueue.runtime import renewal
 
     f = _frontier(RETRYQUEUE_LEASE_TIME=3)
     f.running = {"a": ("t2", Request("http://x/a"))}
-    f._last_renew = time.time()  # renewed a moment ago: no renewal due
+    f._renewal.last = time.time()  # renewed a moment ago: no renewal due
     on_time = _Store()
     f.io(on_time, maintain=True, lease=False)()  # type: ignore[arg-type]
     assert [call for call, _ in on_time.calls] == ["reap", "lease"]
@@ -154,6 +155,7 @@ def test_a_round_trip_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
     # may have run out, and the reap would take them.
     clock = [frontier_module.now_ms()]
     monkeypatch.setattr(frontier_module, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(renewal, "now_ms", lambda: clock[0])
     io = f.io(held_up := _Store(), maintain=True, lease=False)
     clock[0] += 1000
     io()

@@ -872,6 +872,7 @@ def test_a_poll_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
 
     from scrapy_retryqueue.config import load_config
     from scrapy_retryqueue.runtime import leases as leases_module
+    from scrapy_retryqueue.runtime import renewal
     from scrapy_retryqueue.runtime.leases import Leases
 
     assert queue.schedule(make_task("a", due=0), now=0)
@@ -879,11 +880,12 @@ def test_a_poll_held_up_past_a_third_of_the_lease_renews_before_it_reaps(
     start = leases_module.now_ms()
     assert claim_ids(queue, now=0, limit=1, lease_until=start + 500, token="node-a:0") == ["a"]
     leases.hold("a", "node-a:0")
-    leases._last_renew = time.time()  # renewed a moment ago: no renewal due
+    leases._renewal.last = time.time()  # renewed a moment ago: no renewal due
 
     # Made, then the process froze past the lease before the worker ran it.
     clock = [start]
     monkeypatch.setattr(leases_module, "now_ms", lambda: clock[0])
+    monkeypatch.setattr(renewal, "now_ms", lambda: clock[0])
     io, _ = leases.poll_io(queue, None, last_busy=0)
     clock[0] = start + 1500
     result = io()

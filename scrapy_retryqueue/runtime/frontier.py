@@ -10,13 +10,13 @@ expired leases (at polls), and leases the next batch, reading the frontier's cou
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..redisfrontier import Entry, Leased
 from ..values import now_ms
+from .renewal import RenewalClock
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Container
@@ -82,7 +82,7 @@ class Frontier:
         #: The fleet's frontier at the last round trip: waiting, leased (any node).
         self.waiting = 0
         self.leased = 0
-        self._last_renew = 0.0
+        self._renewal = RenewalClock(config.lease_time)
         self._taken: _Taken | None = None
 
     def __len__(self) -> int:
@@ -142,19 +142,15 @@ class Frontier:
         self.outbox, self.done, self.bad = [], {}, {}
         self._taken = taken
         renew: dict[str, str] = {}
-        now = time.time()
-        renew_due = maintain and now - self._last_renew >= config.lease_time / 3
+        renews = self._renewal.round_trip() if maintain else None
         if maintain:
             renew = {request_id: token for request_id, _, token in self.ready}
             renew.update((request_id, token) for request_id, (token, _) in self.running.items())
             renew.update(self.kept)
-        if renew_due:
-            self._last_renew = now
         limit = max(0, self.batch - len(self.ready)) if lease and self.wants_lease else 0
         token = self._new_token()
         lease_ms = int(config.lease_time * 1000)
         max_reclaims = config.max_reclaims
-        built = now_ms()
 
         def io() -> FrontierResult:
             now_ = now_ms()
@@ -169,10 +165,9 @@ class Frontier:
                 result.lost += lost
             if taken.bad:
                 result.quarantined = store.quarantine(taken.bad)
-            # Before the reap: a node that stalled past its leases keeps what nobody
-            # took meanwhile instead of reaping and fetching it again; a round trip
-            # held up between its making and its run (the same stall) renews too.
-            if renew and (renew_due or now_ - built >= lease_ms // 3):
+            # Before the reap (renewal.py): a node that stalled past its leases keeps
+            # them instead of reaping and fetching them again.
+            if renew and renews is not None and renews(now_):
                 result.lost += store.renew(renew, lease_until=now_ + lease_ms)
             if maintain:
                 result.reclaimed, result.poisoned = store.reap(now=now_, max_reclaims=max_reclaims)

@@ -18,6 +18,7 @@ from ..defaults import PROBE_RECHECK_MS, QUEUE_BATCH
 from ..keys import lease_prefix, lease_token
 from ..recovery import RecoveryStats, read_records
 from ..values import now_ms
+from .renewal import RenewalClock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,7 +63,7 @@ class Leases:
         self.writing: dict[str, str] = {}
         self._prefix = lease_prefix(config.node_id)
         self._serial = itertools.count()
-        self._last_renew = 0.0
+        self._renewal = RenewalClock(config.lease_time)
         self._last_learned = float("-inf")
         #: Lease tokens of polls that failed on the way (a timeout, a lost
         #: connection): their claim may have run, leasing tasks this node never
@@ -126,13 +127,10 @@ class Leases:
         config = self.config
         now = time.time()
         held = {**self.writing, **self.held}
-        renew_due = now - self._last_renew >= config.lease_time / 3
-        if renew_due:
-            self._last_renew = now
+        renews = self._renewal.round_trip()
         room = self.room
         token = self.new_token()
         lease_ms = int(config.lease_time * 1000)
-        built = now_ms()
         max_wait = config.deferral_max_wait
         max_wait_ms = 0 if max_wait is None else max(1, int(max_wait * 1000))
         doubtful = sorted(self.doubtful)
@@ -146,12 +144,10 @@ class Leases:
             now_ = now_ms()
             # First, so that this very claim may take them again.
             unclaimed = queue.unclaim(doubtful, now=now_) if doubtful else []
-            # Renewed before the reap: a node that stalled past its leases (a busy
-            # machine) keeps what nobody took meanwhile, rather than reaping its own
-            # tasks and running them a second time beside the first. A poll held up
-            # between its making and its run (the same stall) renews too.
-            late = now_ - built >= lease_ms // 3
-            lost = queue.renew(held, lease_until=now_ + lease_ms) if renew_due or late else []
+            # Renewed before the reap (renewal.py): a node that stalled past its
+            # leases keeps them rather than reaping its own tasks and running them
+            # a second time beside the first.
+            lost = queue.renew(held, lease_until=now_ + lease_ms) if renews(now_) else []
             reclaimed, poisoned = queue.reap(
                 now=now_, limit=QUEUE_BATCH, max_reclaims=config.max_reclaims
             )
