@@ -28,6 +28,7 @@ from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.keys import all_keys, keys_for
 from scrapy_retryqueue.queue import RedisDelayedQueue
 
+from .crawling import reap_crawls
 from .reactorthread import ReactorThread
 from .servers import RedisServer
 from .tiers import mark_tiers
@@ -49,6 +50,15 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before -m selects tests by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tiers(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    # A background crawl (tests/crawling.py's start_crawl, or one a test tracks)
+    # still running when its test ends, a wait having failed, is killed here:
+    # after the test, before its fixtures clean up the keys it could still write.
+    yield
+    reap_crawls()
 
 
 # -- Redis -------------------------------------------------------------------------

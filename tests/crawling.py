@@ -20,7 +20,40 @@ sys.path.insert(0, str(PROJECT))
 from flaky_site import RunningSite as Site  # noqa: E402
 from flaky_site import spawn as flaky_site  # noqa: E402
 
-__all__ = ["Crawl", "Site", "crawl", "flaky_site", "read_crawl", "start_crawl", "stat_of"]
+__all__ = [
+    "Crawl",
+    "Site",
+    "crawl",
+    "flaky_site",
+    "read_crawl",
+    "reap_crawls",
+    "start_crawl",
+    "stat_of",
+    "track",
+]
+
+#: The crawls tests started in the background and may not have waited for: any
+#: still running when its test ends is killed (tests/conftest.py), so a wait that
+#: failed leaves no crawl writing into the next test's keys or ports.
+_STARTED: list[subprocess.Popen[Any]] = []
+
+
+def track(process: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
+    """*process*, to be killed at the end of its test if it still runs then."""
+    _STARTED.append(process)
+    return process
+
+
+def reap_crawls() -> int:
+    """Kill and reap the tracked processes still running; returns how many were."""
+    killed = 0
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()  # SIGKILL ends a stopped (SIGSTOP) process too
+            process.wait(30)
+            killed += 1
+    return killed
 
 
 def crawl_command(
@@ -89,7 +122,7 @@ def start_crawl(
         stderr=subprocess.PIPE,
         text=True,
     )
-    return process, out
+    return track(process), out
 
 
 def stat_of(log: str, name: str) -> int | None:

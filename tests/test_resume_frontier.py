@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from .crawling import PROJECT, flaky_site
+from .crawling import PROJECT, flaky_site, track
 from .waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -47,7 +47,7 @@ def _start(site_url: str, spider: str, redis_url: str, out: Path) -> subprocess.
     settings = {**SETTINGS, "RETRYQUEUE_REDIS_URL": redis_url, "LOG_FILE": out.with_suffix(".log")}
     for name, value in settings.items():
         command += ["-s", f"{name}={json.dumps(value) if isinstance(value, dict) else value}"]
-    return subprocess.Popen(command, cwd=PROJECT)
+    return track(subprocess.Popen(command, cwd=PROJECT))
 
 
 def _items(out: Path) -> list[str]:
