@@ -251,8 +251,8 @@ READING = """## Reading the figures
 - **overhead.** Targets met at the lean baseline, the marginal one at its bound. CPU per
   page 1.02 with the store on and off (1.01 to 1.03; 1.02 and 1.01 at the suite's; target
   1.05). Marginal CPU 1.020 with the store on (0.99 to 1.03 between rounds) and 1.02 off,
-  1.01 and 1.00 suite (target 1.02): the table says **no** for a median of 1.0203, within
-  the rounds' spread of equal. Start-up + 0.17 s with the store on, 0.15 off (0.14 and 0.16
+  1.01 and 1.00 suite (target 1.02): the table says **no** for a median of 1.0203, and
+  the rounds ran from 0.99 to 1.03. Start-up + 0.17 s with the store on, 0.15 off (0.14 and 0.16
   suite; target 0.3): met; what is left is redis-py's import (about 45 ms of CPU here:
   8.2's package imports its asyncio, cluster and observability modules with it), the
   add-on's modules (about 30 ms), the runtime and its first round trip to Redis. Pages/s
