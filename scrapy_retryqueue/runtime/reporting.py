@@ -70,6 +70,27 @@ _SAY_ONCE = frozenset(
 )
 #: Distinct lines one of those stats logs in a crawl, at most.
 _SAY_ONCE_MAX = 5
+#: Distinct names of unreadable entries (records, item classes) said in a crawl, at most.
+_NAMES_SAID_MAX = 100
+
+
+class _SaidOnce:
+    """Names of unreadable entries said in the log, once each and at most
+    _NAMES_SAID_MAX of them: a hostile writer's endless new names must fill
+    neither the log nor memory."""
+
+    __slots__ = ("_said",)
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def new(self, names: Iterable[str]) -> list[str]:
+        """The *names* not said yet, from now on said; none once the bound is reached."""
+        if len(self._said) >= _NAMES_SAID_MAX:
+            return []
+        fresh = [name for name in dict.fromkeys(names) if name not in self._said]
+        self._said.update(fresh)
+        return fresh
 
 
 class Reporter:
@@ -90,14 +111,14 @@ class Reporter:
                 retention=config.audit_retention,
             )
         self._errors_logged: set[str] = set()
-        self._records_logged: set[str] = set()
-        #: Item classes an item replay named that the crawl may not build, said once each.
-        self._classes_logged: set[str] = set()
+        #: Learned records, item classes and budget records found unreadable, said once each.
+        self._records_said = _SaidOnce()
+        self._classes_said = _SaidOnce()
+        self._budgets_said = _SaidOnce()
         #: Retries the budget deferred since its last log line, per domain, and when
         #: that line was said (time.monotonic()).
         self._budget_deferred: dict[str, int] = {}
         self._budget_said = float("-inf")
-        self._budget_malformed: set[str] = set()
         self._lines_per_stat: dict[str, int] = {}
         #: Kind -> seconds each recovered task waited since its first failure.
         self._recovery_waits: dict[str, list[float]] = {}
@@ -217,10 +238,8 @@ class Reporter:
         """An item replay named a class the crawl may not build: counted, said once per name."""
         self.count("retryqueue/item_replay/class_unknown")
         shown = ascii(path)[:200]
-        # Bounded: a hostile writer's endless new names must not fill the log or memory.
-        if shown in self._classes_logged or len(self._classes_logged) >= 100:
+        if not self._classes_said.new([shown]):
             return
-        self._classes_logged.add(shown)
         logger.warning(
             "scrapy-retryqueue: item replay names class %s, which is no item class loaded "
             "in this crawl; the item goes to the pipelines as a dict",
@@ -230,11 +249,10 @@ class Reporter:
     def malformed_records(self, fields: list[str]) -> None:
         """Learned recovery records that do not read (recovery.py): ignored; one WARNING
         line per field, once per crawl (a bounded number of them)."""
-        new = [f for f in fields if f not in self._records_logged]
         self.count("retryqueue/learned/malformed", len(fields))
-        if not new or len(self._records_logged) >= 100:
+        new = self._records_said.new(fields)
+        if not new:
             return
-        self._records_logged.update(new)
         logger.warning(
             "scrapy-retryqueue: %d learned recovery record(s) are malformed and ignored: %s",
             len(new),
@@ -247,9 +265,8 @@ class Reporter:
         last line); records it found malformed (started over), one WARNING line each."""
         if claimed.budget_malformed:
             self.count("retryqueue/budget/malformed", len(claimed.budget_malformed))
-            new = [d for d in claimed.budget_malformed if d not in self._budget_malformed]
-            if new and len(self._budget_malformed) < _SAY_ONCE_MAX * 20:
-                self._budget_malformed.update(new)
+            new = self._budgets_said.new(claimed.budget_malformed)
+            if new:
                 logger.warning(
                     "scrapy-retryqueue: %d retry budget record(s) were malformed and are "
                     "started over: %s",
