@@ -63,15 +63,16 @@ from typing import Any
 
 import redis
 
-from scrapy_retryqueue.backoff import ExponentialBackoff
-from scrapy_retryqueue.classify import FailureInfo
-from scrapy_retryqueue.defaults import LEARNED_HALF_LIFE, POLICIES
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.learned import LearnedBackoff
-from scrapy_retryqueue.policy import Policy, PolicyTable
-from scrapy_retryqueue.queue import RedisDelayedQueue, RetryBudget, Write
-from scrapy_retryqueue.recovery import Record, RecoveryStats, empty_record, observation
+from scrapy_retryqueue.decision.backoff import ExponentialBackoff
+from scrapy_retryqueue.decision.classify import FailureInfo
+from scrapy_retryqueue.decision.kinds import POLICIES
+from scrapy_retryqueue.decision.learned import LearnedBackoff
+from scrapy_retryqueue.decision.policy import Policy, PolicyTable
+from scrapy_retryqueue.decision.recovery import Record, RecoveryStats, empty_record, observation
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, RetryBudget, Write
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
+from scrapy_retryqueue.settings.defaults import LEARNED_HALF_LIFE
 
 from .common import ROOT, flaky_site, run_threads
 

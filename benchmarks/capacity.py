@@ -3,7 +3,7 @@
     python -m benchmarks.capacity [--tasks 6000] [--nodes 16] [--rate 3000] [--no-cluster]
 
 Many lightweight simulated nodes (threads, each with its own connection and
-its own :class:`~scrapy_retryqueue.queue.RedisDelayedQueue`) issue the
+its own :class:`~scrapy_retryqueue.queue.delayed.RedisDelayedQueue`) issue the
 project's real scripts at a controlled aggregate rate against a private Redis
 (and then a private three-master Redis Cluster), phase by phase: schedule
 (a failure parked), claim (a poll that finds due tasks), ack (a recovered
@@ -41,9 +41,9 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys
 from scrapy_retryqueue.store.redisops import EventStream
 from scrapy_retryqueue.store.writer import ENVELOPE_FROM_DEAD, ENVELOPE_FROM_TASKS, parse_entries
 

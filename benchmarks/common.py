@@ -22,9 +22,9 @@ from typing import Any
 
 import redis
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"

@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from scrapy_retryqueue import defaults
+from scrapy_retryqueue.settings import defaults
 
 from .common import STOCK, flaky_site, forget, run_crawl
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import redis
 
-from scrapy_retryqueue import events
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.queue import events
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"

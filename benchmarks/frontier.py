@@ -37,8 +37,8 @@ def variants(redis_url: str) -> dict[str, dict[str, object]]:
         },
         "leased": {
             **shared,
-            "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.frontier.LeasedPriorityQueue",
-            "DUPEFILTER_CLASS": "scrapy_retryqueue.frontier.FrontierDupeFilter",
+            "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.crawl.frontier.LeasedPriorityQueue",
+            "DUPEFILTER_CLASS": "scrapy_retryqueue.crawl.frontier.FrontierDupeFilter",
         },
     }
 

@@ -43,7 +43,7 @@ for command in entry_points(group="scrapy.commands"):  # as Scrapy does for any 
 stock = full()
 import redis
 client = full()
-import scrapy_retryqueue.extension, scrapy_retryqueue.middleware, scrapy_retryqueue.storeext
+import scrapy_retryqueue.crawl.extension, scrapy_retryqueue.crawl.middleware, scrapy_retryqueue.crawl.storeext
 crawl = full()
 import sqlalchemy
 core = full()

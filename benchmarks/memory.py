@@ -13,8 +13,8 @@ from pathlib import Path
 
 import redis
 
-from scrapy_retryqueue.keys import keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.keys import keys_for
 
 from .common import flaky_site, forget, run_crawl
 from .queue_ops import sample_tasks

@@ -63,7 +63,7 @@ def ours_settings(redis_url: str, workdir: Path) -> dict[str, object]:
     crawl to crawl as a project's .scrapy/retryqueue is)."""
     from scrapy.settings import Settings
 
-    from scrapy_retryqueue.connection import embedded_dir
+    from scrapy_retryqueue.queue.connection import embedded_dir
     from scrapy_retryqueue.store.config import load_store_config
 
     embedded = workdir / "embedded"

@@ -19,9 +19,9 @@ from typing import Any
 import redis
 from redis._parsers import _HiredisParser, _RESP2Parser
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys
 from scrapy_retryqueue.store.redisops import EventStream
 from scrapy_retryqueue.store.writer import ENVELOPE_FROM_DEAD, parse_entries
 

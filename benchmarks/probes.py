@@ -13,7 +13,7 @@ from typing import Any
 
 from scrapy import signals
 
-from scrapy_retryqueue.defaults import META_TASK
+from scrapy_retryqueue.settings.defaults import META_TASK
 
 
 def cpu_seconds() -> float:

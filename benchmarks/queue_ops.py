@@ -16,8 +16,8 @@ import redis
 from scrapy import Request
 from scrapy.http import Headers
 
-from scrapy_retryqueue.envelope import Task, request_to_json
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.envelope import Task, request_to_json
 
 from .common import forget
 

@@ -33,9 +33,9 @@ import redis
 import sqlalchemy
 from sqlalchemy import Column, MetaData, Table, insert, text
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.sync import EventSync
 from scrapy_retryqueue.store.upsert import write_table

@@ -49,9 +49,9 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
     os.chdir(HERE)
     from scrapy.utils.project import get_project_settings
 
-    from scrapy_retryqueue import embedded
     from scrapy_retryqueue.config import load_config
-    from scrapy_retryqueue.connection import client_for, embedded_dir
+    from scrapy_retryqueue.queue import embedded
+    from scrapy_retryqueue.queue.connection import client_for, embedded_dir
 
     config = load_config(get_project_settings())
     directory = embedded_dir(config.embedded_dir)
@@ -69,8 +69,8 @@ def summarize(spider: str, since_ms: int, items_path: Path) -> str:
 def _summarize(
     client: Any, url: str, spider: str, since_ms: int, items_path: Path, project: str
 ) -> str:
-    from scrapy_retryqueue import events
-    from scrapy_retryqueue.keys import keys_for
+    from scrapy_retryqueue.queue import events
+    from scrapy_retryqueue.queue.keys import keys_for
 
     keys = keys_for(spider, project)
     scheduled: collections.Counter[str] = collections.Counter()
@@ -118,7 +118,7 @@ def stored_dead_letters(spider: str, since_ms: int) -> list[str]:
     from sqlalchemy import func, select
 
     from scrapy_retryqueue.config import load_config
-    from scrapy_retryqueue.connection import embedded_dir
+    from scrapy_retryqueue.queue.connection import embedded_dir
     from scrapy_retryqueue.store import Store, StoreError, load_store_config
 
     settings = get_project_settings()

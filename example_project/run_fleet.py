@@ -45,7 +45,7 @@ NAMESPACE = "demo"
 sys.path.insert(0, str(PROJECT))
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue.keys import all_keys, keys_for, lease_owner  # noqa: E402
+from scrapy_retryqueue.queue.keys import all_keys, keys_for, lease_owner  # noqa: E402
 
 #: Short delays and leases so the example finishes in seconds.
 NODE_SETTINGS: dict[str, Any] = {
@@ -399,7 +399,7 @@ def main() -> int:
     args = parser.parse_args()
     redis_url = args.redis_url
     if redis_url is None:
-        from scrapy_retryqueue import embedded
+        from scrapy_retryqueue.queue import embedded
 
         redis_url = embedded.ensure_server(PROJECT / ".scrapy" / "retryqueue")
     if is_cluster(redis_url):

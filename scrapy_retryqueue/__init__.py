@@ -10,8 +10,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _moved
+
 if TYPE_CHECKING:
-    from .addon import Addon
+    from .crawl.addon import Addon
+    from .crawl.extension import RetryQueueExtension
+    from .crawl.middleware import RetryQueueMiddleware
+    from .crawl.spidermiddleware import RetryQueueSpiderMiddleware
+    from .decision.learned import LearnedBackoff
     from .exceptions import (
         ConfigError,
         PermanentFailure,
@@ -19,25 +25,21 @@ if TYPE_CHECKING:
         RetryLater,
         RetryQueueError,
     )
-    from .extension import RetryQueueExtension
-    from .learned import LearnedBackoff
-    from .middleware import RetryQueueMiddleware
-    from .spidermiddleware import RetryQueueSpiderMiddleware
 
 __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "Addon": ".addon",
+    "Addon": ".crawl.addon",
     "ConfigError": ".exceptions",
     "PermanentFailure": ".exceptions",
     "RequestParked": ".exceptions",
     "RetryLater": ".exceptions",
     "RetryQueueError": ".exceptions",
-    "LearnedBackoff": ".learned",
-    "RetryQueueExtension": ".extension",
-    "RetryQueueMiddleware": ".middleware",
-    "RetryQueueSpiderMiddleware": ".spidermiddleware",
+    "LearnedBackoff": ".decision.learned",
+    "RetryQueueExtension": ".crawl.extension",
+    "RetryQueueMiddleware": ".crawl.middleware",
+    "RetryQueueSpiderMiddleware": ".crawl.spidermiddleware",
 }
 
 __all__ = [
@@ -52,6 +54,10 @@ __all__ = [
     "RetryQueueMiddleware",
     "RetryQueueSpiderMiddleware",
 ]
+
+
+# The modules' paths before they moved into the layer packages (_moved.py).
+_moved.install()
 
 
 def __getattr__(name: str) -> Any:

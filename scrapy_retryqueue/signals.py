@@ -25,7 +25,7 @@ from __future__ import annotations
 
 #: A failure was parked for a later attempt.
 #: Arguments: ``request`` (what will be retried, after the retry hook), ``task_id``,
-#: ``decision`` (a :class:`~scrapy_retryqueue.policy.Decision`: kind, delay,
+#: ``decision`` (a :class:`~scrapy_retryqueue.decision.policy.Decision`: kind, delay,
 #: attempt, reason), ``outcome`` (``"parked"`` or ``"spooled"``), ``spider``.
 retryqueue_scheduled = object()
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(PROJECT))
 
 from flaky_site import spawn  # noqa: E402
 
-from scrapy_retryqueue import embedded  # noqa: E402
+from scrapy_retryqueue.queue import embedded  # noqa: E402
 
 SPIDER = "flaky_resumable"
 #: The size of the picture: the whole overview of the demo's data, no scrolling.

@@ -24,9 +24,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .crawling import reap_crawls
 from .reactorthread import ReactorThread

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glue_crawl import pages_of
 
 from scrapy_retryqueue import signals as rq_signals
-from scrapy_retryqueue.policy import Decision
+from scrapy_retryqueue.decision.policy import Decision
 
 
 def retry_hook(request: scrapy.Request, decision: Decision) -> scrapy.Request | bool | None:

@@ -20,7 +20,7 @@ import scrapy
 from scrapy.crawler import CrawlerProcess
 
 from scrapy_retryqueue import RetryLater
-from scrapy_retryqueue.backoff import BackoffContext
+from scrapy_retryqueue.decision.backoff import BackoffContext
 
 #: What a captcha page holds (tests/test_kinds_crawl.py's site serves it).
 CAPTCHA_MARK = b"Prove you are human"

@@ -8,7 +8,7 @@ from typing import Any
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue.classify import FailureInfo
+from scrapy_retryqueue.decision.classify import FailureInfo
 from scrapy_retryqueue.runtime import RetryQueueRuntime
 from scrapy_retryqueue.runtime.planner import Plan
 

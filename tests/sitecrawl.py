@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from scrapy_retryqueue.audit import AuditLog
 from scrapy_retryqueue.exceptions import ConfigError, RetryQueueError
+from scrapy_retryqueue.runtime.audit import AuditLog
 
 
 def _audit(path: Path) -> AuditLog:

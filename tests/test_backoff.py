@@ -7,8 +7,8 @@ from email.utils import formatdate
 
 import pytest
 
-from scrapy_retryqueue import defaults
-from scrapy_retryqueue.backoff import compute_backoff, min_backoff, parse_retry_after
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.decision.backoff import compute_backoff, min_backoff, parse_retry_after
 
 #: A policy to compute with: base 3 s, x2, cap 120 s (the default timeout policy
 #: before issue 24's measurement; the figures below are this one's).
@@ -22,7 +22,7 @@ def _never() -> float:
 
 def test_default_timeout_policy_is_the_documented_one():
     # docs/settings.md, "Default policies": 1, 2, 4, 8, 16 s before jitter.
-    timeout = defaults.POLICIES["timeout"]
+    timeout = kinds.POLICIES["timeout"]
     chain = [
         compute_backoff(
             a,

@@ -19,8 +19,8 @@ import pytest
 import redis
 import sqlalchemy
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import keys_for
 
 from .crawling import Site, crawl, flaky_site, stat_of
 

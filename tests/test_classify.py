@@ -10,14 +10,14 @@ from scrapy.settings import Settings
 from twisted.internet import error as terror
 from twisted.web._newclient import ResponseNeverReceived
 
-from scrapy_retryqueue import defaults
-from scrapy_retryqueue.classify import (
+from scrapy_retryqueue.config import load_config
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.decision.classify import (
     FailureInfo,
     classify_exception,
     classify_status,
     failure_for_kind,
 )
-from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.exceptions import PermanentFailure
 
 NOW = 1_700_000_000.0
@@ -39,10 +39,10 @@ def _exc(exc):
 
 
 def test_default_status_kinds_are_loaded():
-    assert dict(STATUS_KINDS) == defaults.STATUS_KINDS
+    assert dict(STATUS_KINDS) == kinds.STATUS_KINDS
 
 
-@pytest.mark.parametrize(("status", "kind"), sorted(defaults.STATUS_KINDS.items()))
+@pytest.mark.parametrize(("status", "kind"), sorted(kinds.STATUS_KINDS.items()))
 def test_each_default_status(status, kind):
     info = _status(status)
     assert info == FailureInfo(

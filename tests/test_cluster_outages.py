@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from scrapy_retryqueue.connection import open_client
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.connection import open_client
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from . import crawling
 from .crawling import Crawl, Site, flaky_site, read_crawl, start_crawl

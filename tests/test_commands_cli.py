@@ -31,7 +31,7 @@ from scrapy_retryqueue.commands._common import (
     one_line_errors,
     subparsers_of,
 )
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .storecli import scrapy
 from .waiting import wait_for

@@ -44,10 +44,11 @@ from scrapy_retryqueue import (
     RetryQueueExtension,
     RetryQueueMiddleware,
     RetryQueueSpiderMiddleware,
-    defaults,
 )
 from scrapy_retryqueue import signals as rq_signals
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.queue.keys import keys_for
+from scrapy_retryqueue.settings import defaults
 
 from .reactorthread import ReactorThread
 from .waiting import wait_for
@@ -483,7 +484,7 @@ def test_a_due_retry_is_reinjected_and_its_success_acks_it(
     task_id = parked.value.task_id
     envelope = json.loads(redis_client.hget(keys.tasks, task_id))
     # The resolved budget of the kind that failed travels with the task.
-    assert envelope["max_retries"] == defaults.POLICIES["server_error"]["max_retries"]
+    assert envelope["max_retries"] == kinds.POLICIES["server_error"]["max_retries"]
     wait_for(lambda: running.engine.crawled, "the retry to be re-injected", timeout=10)
     (again,) = running.engine.crawled
     assert again.url == PAGE
@@ -733,7 +734,7 @@ def test_the_count_left_at_close_is_what_redis_holds_after_the_last_write(
 def test_no_directory_for_the_local_state_stops_the_crawl_at_start(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, redis_url: str
 ) -> None:
-    from scrapy_retryqueue.startup import StartError
+    from scrapy_retryqueue.runtime.startup import StartError
 
     # With a configured Redis too: the spool needs the directory.
     blocker = tmp_path / "a-file"
@@ -757,7 +758,7 @@ def test_no_directory_for_the_local_state_stops_the_crawl_at_start(
 def test_an_unreachable_redis_stops_the_crawl_at_start_naming_the_setting(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from scrapy_retryqueue.startup import StartError
+    from scrapy_retryqueue.runtime.startup import StartError
 
     caplog.set_level(logging.INFO)
     with pytest.raises(StartError):

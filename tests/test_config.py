@@ -12,10 +12,10 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_retryqueue import config as config_module
-from scrapy_retryqueue import defaults, kinds
 from scrapy_retryqueue.config import config_for, load_config, redact_url, redis_url_from_settings
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.decision.policy import Policy
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.policy import Policy
 
 
 def _load(values=None, **cmdline):
@@ -45,7 +45,7 @@ def test_defaults():
     assert config.audit_retention == "30 days"
     assert config.embedded_dir is None
     assert config.forbidden_log_level == logging.WARNING
-    assert dict(config.status_kinds) == defaults.STATUS_KINDS
+    assert dict(config.status_kinds) == kinds.STATUS_KINDS
     assert config.policy_table.retry_after_max == 3600.0
     assert config.policy_table.domain_policies == {}
 
@@ -58,12 +58,12 @@ def test_every_kind_is_listed_once_and_deferred_is_one():
     # Produced for a fresh request to a cooling domain: filters must accept it.
     assert table.is_internal("deferred")
     kinds_named_elsewhere = {
-        *defaults.STATUS_KINDS.values(),
-        *defaults.EXCEPTION_KINDS.values(),
-        *defaults.POLICIES,
+        *kinds.STATUS_KINDS.values(),
+        *kinds.EXCEPTION_KINDS.values(),
+        *kinds.POLICIES,
     }
     assert kinds_named_elsewhere <= set(table.names)
-    assert set(defaults.POLICIES) == set(table.policy_names)
+    assert set(kinds.POLICIES) == set(table.policy_names)
 
 
 def test_default_policies_cover_every_kind():
@@ -82,7 +82,7 @@ def test_default_policies_cover_every_kind():
 def test_a_one_shot_crawl_runs_every_default_retry_before_it_gives_up_waiting():
     # The extension closes an idle crawl at once when the next retry is due
     # further away than RETRYQUEUE_IDLE_TIMEOUT: no default delay may be longer.
-    from scrapy_retryqueue.backoff import compute_backoff
+    from scrapy_retryqueue.decision.backoff import compute_backoff
 
     config = _load()
     for kind, policy in config.policy_table.policies.items():

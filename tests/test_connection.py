@@ -22,18 +22,18 @@ from redis.exceptions import (
 )
 from scrapy.settings import Settings
 
-from scrapy_retryqueue import embedded
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.connection import (
+from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.queue import embedded
+from scrapy_retryqueue.queue.connection import (
     check_reachable,
     client_for,
     is_outage,
     queue_identity,
     same_queue,
 )
-from scrapy_retryqueue.defaults import REDIS_CONNECT_TIMEOUT, REDIS_SOCKET_TIMEOUT
-from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.settings.defaults import REDIS_CONNECT_TIMEOUT, REDIS_SOCKET_TIMEOUT
 
 #: A database of the shared Redis other than the tests' own 0; only this test's keys
 #: are written there, and they are deleted afterwards.
@@ -260,8 +260,8 @@ def test_a_cluster_client_retries_nothing_behind_the_queue(
 def test_a_projects_queue_on_the_crawls_cluster_client_adopts_probes_and_unclaims(
     redis_cluster_url: str, tmp_path: Path
 ) -> None:
-    from scrapy_retryqueue.envelope import Task
-    from scrapy_retryqueue.keys import all_keys, keys_for
+    from scrapy_retryqueue.queue.envelope import Task
+    from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
     settings = {
         "RETRYQUEUE_REDIS_URL": redis_cluster_url,
@@ -476,11 +476,11 @@ class _FailingOver:
 
 
 def test_the_start_waits_for_a_failover_under_way(caplog: pytest.LogCaptureFixture) -> None:
-    from scrapy_retryqueue.connection import LazyCluster, _wait_for_some_primary
+    from scrapy_retryqueue.queue.connection import LazyCluster, _wait_for_some_primary
 
     cluster = _FailingOver(3, redis.ConnectionError("Error 111 connecting to 127.0.0.1:7001."))
     slept: list[float] = []
-    with caplog.at_level("WARNING", logger="scrapy_retryqueue.connection"):
+    with caplog.at_level("WARNING", logger="scrapy_retryqueue.queue.connection"):
         _wait_for_some_primary(LazyCluster(cluster.make), wait=5, every=0.01, sleep=slept.append)
     assert cluster.made == 4 and slept == [0.01] * 3
     lines = [r.getMessage() for r in caplog.records]
@@ -488,7 +488,7 @@ def test_the_start_waits_for_a_failover_under_way(caplog: pytest.LogCaptureFixtu
 
 
 def test_the_start_waits_for_a_failover_no_longer_than_its_bound() -> None:
-    from scrapy_retryqueue.connection import LazyCluster, _wait_for_some_primary
+    from scrapy_retryqueue.queue.connection import LazyCluster, _wait_for_some_primary
 
     cluster = _FailingOver(10**6, redis.ConnectionError("refused"))
     with pytest.raises(redis.ConnectionError):
@@ -497,7 +497,7 @@ def test_the_start_waits_for_a_failover_no_longer_than_its_bound() -> None:
 
 
 def test_the_start_does_not_wait_for_a_cluster_no_node_answers() -> None:
-    from scrapy_retryqueue.connection import LazyCluster, _wait_for_some_primary
+    from scrapy_retryqueue.queue.connection import LazyCluster, _wait_for_some_primary
 
     cluster = _FailingOver(1, RedisClusterException("Redis Cluster cannot be connected."))
     with pytest.raises(RedisClusterException):

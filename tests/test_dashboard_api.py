@@ -22,8 +22,8 @@ from sqlalchemy import select
 from scrapy_retryqueue.dashboard.app import CSRF_COOKIE, SESSION_COOKIE, create_app
 from scrapy_retryqueue.dashboard.settings import check_bind, load_dashboard_config
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.keys import keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 
 from .servers import listens_as
@@ -595,7 +595,7 @@ def test_the_command_serves_the_dashboard(tmp_path: Path, dashboard_data: dict[s
 def test_a_cooling_domain_shows_on_the_overview_and_in_the_status_command(
     client: TestClient, dashboard_data: dict[str, Any], redis_client: Any, tmp_path: Path
 ) -> None:
-    from scrapy_retryqueue.domains import DomainCooldowns
+    from scrapy_retryqueue.queue.domains import DomainCooldowns
 
     now = int(time.time() * 1000)
     cooldowns = DomainCooldowns(redis_client, dashboard_data["spider"], node_id="node-a")

@@ -18,10 +18,10 @@ from scrapy.settings import Settings
 from scrapy_retryqueue.commands._status import render_table, report
 from scrapy_retryqueue.dashboard.app import CSP, create_app
 from scrapy_retryqueue.dashboard.charts import BAR_PAD, BAR_WIDTH, budget_bar
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.queue import RedisDelayedQueue, RetryBudget, Write
-from scrapy_retryqueue.sources import Sources
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, RetryBudget, Write
+from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.values import now_ms
+from scrapy_retryqueue.view.sources import Sources
 
 BASE = "http://127.0.0.1"
 #: A long window (slices of 100 s): what the claim counts is still counted when the

@@ -17,7 +17,7 @@ import redis
 import uvicorn
 
 from scrapy_retryqueue.dashboard.app import create_app
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.queue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 
 from .crawling import ROOT, crawl, flaky_site

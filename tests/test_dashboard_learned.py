@@ -24,10 +24,10 @@ from scrapy.settings import Settings
 from scrapy_retryqueue.commands._status import learned_lines, render_table, report
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.dashboard.app import CSP, create_app
-from scrapy_retryqueue.keys import keys_for
-from scrapy_retryqueue.recovery import Record, empty_record, field_name, observation
-from scrapy_retryqueue.sources import Sources
-from scrapy_retryqueue.status import learned_recovery, learned_strategy
+from scrapy_retryqueue.decision.recovery import Record, empty_record, field_name, observation
+from scrapy_retryqueue.queue.keys import keys_for
+from scrapy_retryqueue.view.sources import Sources
+from scrapy_retryqueue.view.status import learned_recovery, learned_strategy
 
 BASE = "http://127.0.0.1"
 #: server_error: the policy LearnedBackoff keeps within (1 s base, 60 s max, 4 retries).

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.store.writer import parse_entries
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import insert
 
 from scrapy_retryqueue.dashboard.app import create_app
 from scrapy_retryqueue.dashboard.backend import Backend, percentile
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.queue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 
 BASE = "http://127.0.0.1"

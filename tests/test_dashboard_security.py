@@ -447,9 +447,9 @@ def test_meta_and_cb_kwargs_read_as_text(
 def test_an_encrypted_request_shows_as_encrypted(
     client: TestClient, dashboard_data: dict[str, Any], redis_client: Any
 ) -> None:
-    from scrapy_retryqueue.encryption import RequestCipher, generate_key
-    from scrapy_retryqueue.envelope import Task
-    from scrapy_retryqueue.queue import RedisDelayedQueue
+    from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+    from scrapy_retryqueue.queue.envelope import Task
+    from scrapy_retryqueue.secure.encryption import RequestCipher, generate_key
     from scrapy_retryqueue.store.sync import EventSync
 
     spider, now = dashboard_data["spider"], dashboard_data["now"]

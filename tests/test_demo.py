@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_retryqueue import embedded
+from scrapy_retryqueue.queue import embedded
 
 pytestmark = pytest.mark.e2e
 

@@ -9,11 +9,11 @@ import pytest
 import scrapy
 from scrapy.settings import Settings
 
-from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.defaults import PROBE_RECHECK_MS
+from scrapy_retryqueue.decision.classify import FailureInfo
 from scrapy_retryqueue.exceptions import ConfigError
 from scrapy_retryqueue.runtime import RetryQueueRuntime
+from scrapy_retryqueue.settings.defaults import PROBE_RECHECK_MS
 from scrapy_retryqueue.values import now_ms
 
 from .runtimes import plan_of, unopened_runtime
@@ -189,7 +189,7 @@ def test_deferral_max_wait_setting():
 
 
 def test_a_cooldown_another_node_tripped_stops_this_node_at_once(tmp_path: Path):
-    from scrapy_retryqueue.domains import DomainChange
+    from scrapy_retryqueue.queue.domains import DomainChange
 
     runtime = _runtime(tmp_path, RETRYQUEUE_DOMAIN_COOLDOWN=True)
     told: list[dict[str, int]] = []

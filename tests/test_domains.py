@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.domains import DomainCooldowns, parse_state
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.domains import DomainCooldowns, parse_state
+from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.values import as_text
 
 MakeTask = Callable[..., Task]

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.envelope import task_from_json
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import task_from_json
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .crawling import ROOT, flaky_site
 

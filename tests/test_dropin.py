@@ -11,9 +11,9 @@ import pytest
 import scrapy
 from scrapy.http import HtmlResponse
 
-from scrapy_retryqueue import defaults
-from scrapy_retryqueue.classify import FailureInfo
-from scrapy_retryqueue.envelope import Task
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.decision.classify import FailureInfo
+from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime, reporting
 from scrapy_retryqueue.runtime.planner import retries_so_far
 
@@ -161,7 +161,7 @@ def test_a_deferral_is_not_a_retry(tmp_path: Path) -> None:
 
 def test_max_reached_counts_budgets_run_out_not_permanent_kinds(tmp_path: Path) -> None:
     runtime = _runtime(tmp_path)
-    budget = defaults.POLICIES["server_error"]["max_retries"]
+    budget = kinds.POLICIES["server_error"]["max_retries"]
     spent = plan_of(runtime, _retried(runtime, {"server_error": budget}), SERVER_ERROR)
     assert spent.exhausted
     runtime.reporter.planned(spent, Outcome.DEAD)
@@ -345,7 +345,7 @@ def test_scrapys_defaults_change_nothing() -> None:
     config = load_config(Settings())
     assert config.notices == ()
     assert config.retry_times is None and config.priority_adjust == 0
-    budget = defaults.POLICIES["server_error"]["max_retries"]
+    budget = kinds.POLICIES["server_error"]["max_retries"]
     assert config.policy_table.policy_for("server_error").max_retries == budget
 
 

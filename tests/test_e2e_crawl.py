@@ -18,11 +18,11 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from scrapy_retryqueue import embedded
-from scrapy_retryqueue.backoff import min_backoff
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.envelope import task_from_json
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.decision.backoff import min_backoff
+from scrapy_retryqueue.queue import embedded
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import task_from_json
 
 from .crawling import Crawl, Site, flaky_site
 from .crawling import crawl as run_crawl

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue import embedded
+from scrapy_retryqueue.queue import embedded
 
 # Every test starts (or runs the commands of) a real valkey server.
 pytestmark = pytest.mark.integration

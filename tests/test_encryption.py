@@ -12,7 +12,21 @@ from cryptography.fernet import Fernet
 from scrapy.settings import Settings
 
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.encryption import (
+from scrapy_retryqueue.exceptions import (
+    ConfigError,
+    EncryptionKeyError,
+    EnvelopeError,
+    RetryQueueError,
+)
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import (
+    Task,
+    request_from_json,
+    request_to_json,
+    task_from_json,
+)
+from scrapy_retryqueue.queue.keys import all_keys
+from scrapy_retryqueue.secure.encryption import (
     FIELD,
     LABEL,
     SEALED_FIELDS,
@@ -21,16 +35,13 @@ from scrapy_retryqueue.encryption import (
     open_request,
     parse_keys,
 )
-from scrapy_retryqueue.envelope import Task, request_from_json, request_to_json, task_from_json
-from scrapy_retryqueue.exceptions import (
-    ConfigError,
-    EncryptionKeyError,
-    EnvelopeError,
-    RetryQueueError,
+from scrapy_retryqueue.secure.redact import (
+    MASK,
+    mask_envelope,
+    mask_raw,
+    mask_request,
+    secret_names,
 )
-from scrapy_retryqueue.keys import all_keys
-from scrapy_retryqueue.queue import RedisDelayedQueue
-from scrapy_retryqueue.redact import MASK, mask_envelope, mask_raw, mask_request, secret_names
 from scrapy_retryqueue.store.actions import requeue
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.queries import Filters

@@ -18,9 +18,9 @@ import redis
 import sqlalchemy
 from cryptography.fernet import Fernet
 
-from scrapy_retryqueue.encryption import FIELD, RequestCipher
-from scrapy_retryqueue.envelope import Task, task_from_json
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.queue.envelope import Task, task_from_json
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
+from scrapy_retryqueue.secure.encryption import FIELD, RequestCipher
 
 from .crawling import Site, crawl, flaky_site, stat_of
 

@@ -10,8 +10,8 @@ import scrapy
 from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
 
-from scrapy_retryqueue.defaults import ENVELOPE_VERSION
-from scrapy_retryqueue.envelope import (
+from scrapy_retryqueue.exceptions import EnvelopeError
+from scrapy_retryqueue.queue.envelope import (
     Task,
     check_json,
     malformed_envelope,
@@ -19,7 +19,7 @@ from scrapy_retryqueue.envelope import (
     request_to_json,
     task_from_json,
 )
-from scrapy_retryqueue.exceptions import EnvelopeError
+from scrapy_retryqueue.settings.defaults import ENVELOPE_VERSION
 
 ALL_BYTES = bytes(range(256))
 

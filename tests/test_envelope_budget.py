@@ -8,7 +8,7 @@ from typing import Any
 
 import scrapy
 
-from scrapy_retryqueue.classify import FailureInfo
+from scrapy_retryqueue.decision.classify import FailureInfo
 
 from .runtimes import plan_of, unopened_runtime
 

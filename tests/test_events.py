@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_retryqueue import events
-from scrapy_retryqueue.events import Event, MalformedEvent, entry_ms, entry_type, parse_entry
+from scrapy_retryqueue.queue import events
+from scrapy_retryqueue.queue.events import (
+    Event,
+    MalformedEvent,
+    entry_ms,
+    entry_type,
+    parse_entry,
+)
 
 PACKAGE = Path(str(resources.files("scrapy_retryqueue")))
 #: Every Lua script of the package (the queue's, the domains', the store's).

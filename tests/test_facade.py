@@ -11,9 +11,9 @@ import scrapy
 from cryptography.fernet import Fernet
 from twisted.internet.defer import Deferred
 
-from scrapy_retryqueue.encryption import RequestCipher
-from scrapy_retryqueue.envelope import Task, request_to_json
 from scrapy_retryqueue.exceptions import EncryptionKeyError
+from scrapy_retryqueue.queue.envelope import Task, request_to_json
+from scrapy_retryqueue.secure.encryption import RequestCipher
 
 from .runtimes import unopened_runtime
 
@@ -195,13 +195,13 @@ def test_a_poll_lost_to_an_outage_is_doubted_and_a_refused_one_is_not(tmp_path: 
 # -- the glue reads no part behind the facade ----------------------------------------
 
 GLUE = (
-    "middleware.py",
-    "spidermiddleware.py",
-    "extension.py",
-    "storeext.py",
-    "addon.py",
-    "frontier.py",
-    "monitors.py",
+    "crawl/middleware.py",
+    "crawl/spidermiddleware.py",
+    "crawl/extension.py",
+    "crawl/storeext.py",
+    "crawl/addon.py",
+    "crawl/frontier.py",
+    "crawl/monitors.py",
 )
 
 
@@ -210,7 +210,7 @@ def _parts_of_the_runtime() -> set[str]:
     built from a class of a runtime submodule): what the glue must not read."""
     import ast
 
-    import scrapy_retryqueue.runtime as runtime
+    import scrapy_retryqueue.runtime.facade as runtime
 
     tree = ast.parse(Path(runtime.__file__).read_text())
     init = next(

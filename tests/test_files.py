@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_retryqueue import embedded
-from scrapy_retryqueue.queue import Write
-from scrapy_retryqueue.spool import Spool
+from scrapy_retryqueue.queue import embedded
+from scrapy_retryqueue.queue.delayed import Write
+from scrapy_retryqueue.queue.spool import Spool
 from scrapy_retryqueue.store.db import Store
 
 from .test_embedded import _stop_for_sure

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .crawling import Site, flaky_site, read_crawl, start_crawl
 from .servers import RedisServer

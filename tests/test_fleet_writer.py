@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import ProgrammingError
 
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.queue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.writer import STATUS_OF
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from scrapy_retryqueue import kinds
-from scrapy_retryqueue.keys import frontier_keys, keys_for
-from scrapy_retryqueue.redisfrontier import Entry, RedisFrontier
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.queue.frontier import Entry, RedisFrontier
+from scrapy_retryqueue.queue.keys import frontier_keys, keys_for
 
 
 @pytest.fixture(params=["single", "cluster"])
@@ -162,7 +162,7 @@ def test_the_frontier_passes_keys_in_the_order_each_header_documents(
     import re
     from importlib import resources
 
-    from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
+    from scrapy_retryqueue.queue.frontier import FRONTIER_SCRIPT_NAMES
 
     f = _frontier(redis_client, spider_name)
     passed: dict[str, list[str]] = {}
@@ -192,7 +192,7 @@ def test_the_frontier_passes_keys_in_the_order_each_header_documents(
         "nodes": "nodes",
     }
     for name in FRONTIER_SCRIPT_NAMES:
-        source = resources.files("scrapy_retryqueue").joinpath("lua", f"{name}.lua").read_text()
+        source = resources.files("scrapy_retryqueue.queue").joinpath("lua", f"{name}.lua").read_text()
         names = dict(re.findall(r"^-- KEYS\[(\d+)\] (\w+)", source, re.M))
         fields = [names[i] for i in sorted(names, key=int)]
         if name == "renew":

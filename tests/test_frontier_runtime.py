@@ -12,11 +12,14 @@ from scrapy import Request, Spider
 from scrapy.settings import Settings
 
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.envelope import frontier_request_from_json, frontier_request_to_json
+from scrapy_retryqueue.crawl.frontier import FrontierDupeFilter
 from scrapy_retryqueue.exceptions import EnvelopeError
-from scrapy_retryqueue.frontier import FrontierDupeFilter
-from scrapy_retryqueue.queue import RedisDelayedQueue
-from scrapy_retryqueue.redisfrontier import Entry, Leased
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import (
+    frontier_request_from_json,
+    frontier_request_to_json,
+)
+from scrapy_retryqueue.queue.frontier import Entry, Leased
 from scrapy_retryqueue.runtime.frontier import Frontier, FrontierResult
 
 
@@ -286,7 +289,7 @@ def test_a_heartbeat_carries_the_registration_time(redis_client: Any, spider_nam
 def _queue_for(tmp_path: Any, redis_url: str, **settings: Any) -> Any:
     from scrapy.utils.test import get_crawler
 
-    from scrapy_retryqueue.frontier import LeasedPriorityQueue
+    from scrapy_retryqueue.crawl.frontier import LeasedPriorityQueue
 
     crawler = get_crawler(
         _Spider,
@@ -308,13 +311,13 @@ def test_the_queue_class_warns_of_a_dupefilter_that_can_lose_requests(
     with caplog.at_level("WARNING"):
         _queue_for(tmp_path, redis_url, DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter")
     lines = [r.getMessage() for r in caplog.records if "DUPEFILTER_CLASS" in r.getMessage()]
-    assert len(lines) == 1 and "scrapy_retryqueue.frontier.FrontierDupeFilter" in lines[0]
+    assert len(lines) == 1 and "scrapy_retryqueue.crawl.frontier.FrontierDupeFilter" in lines[0]
     caplog.clear()
     with caplog.at_level("WARNING"):
         q = _queue_for(
-            tmp_path, redis_url, DUPEFILTER_CLASS="scrapy_retryqueue.frontier.FrontierDupeFilter"
+            tmp_path, redis_url, DUPEFILTER_CLASS="scrapy_retryqueue.crawl.frontier.FrontierDupeFilter"
         )
-        _queue_for(tmp_path, redis_url, SCHEDULER="scrapy_retryqueue.frontier.LeasedScheduler")
+        _queue_for(tmp_path, redis_url, SCHEDULER="scrapy_retryqueue.crawl.frontier.LeasedScheduler")
     assert not [r for r in caplog.records if "DUPEFILTER_CLASS" in r.getMessage()]
     # Before the spider opens, the queue holds nothing and never blocks.
     assert len(q) == 0 and q.pop() is None
@@ -325,17 +328,17 @@ def test_the_leased_scheduler_needs_no_redis_of_scrapy_redis_and_persists(
 ) -> None:
     from scrapy.utils.test import get_crawler
 
-    from scrapy_retryqueue.frontier import FrontierDupeFilter, LeasedScheduler
+    from scrapy_retryqueue.crawl.frontier import FrontierDupeFilter, LeasedScheduler
 
     crawler = get_crawler(_Spider, {"REDIS_URL": "redis://127.0.0.1:1/0"})
     scheduler = LeasedScheduler.from_crawler(crawler)
     assert scheduler.server is None and scheduler.persist is True
     assert isinstance(scheduler.df, FrontierDupeFilter)
-    assert scheduler.queue_cls == "scrapy_retryqueue.frontier.LeasedPriorityQueue"
+    assert scheduler.queue_cls == "scrapy_retryqueue.crawl.frontier.LeasedPriorityQueue"
     fifo = get_crawler(
         _Spider,
         {
-            "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.frontier.LeasedFifoQueue",
+            "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.crawl.frontier.LeasedFifoQueue",
             "SCHEDULER_PERSIST": False,
         },
     )

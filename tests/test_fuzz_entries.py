@@ -25,16 +25,16 @@ import scrapy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_retryqueue import events
-from scrapy_retryqueue.defaults import ENVELOPE_MAX_DEPTH
-from scrapy_retryqueue.encryption import cipher_for
-from scrapy_retryqueue.envelope import read_document, request_from_json, task_from_json
 from scrapy_retryqueue.exceptions import EncryptionKeyError, EnvelopeError
-from scrapy_retryqueue.store.writer import (
-    Event,
-    build_batch,
-    parse_envelope,
+from scrapy_retryqueue.queue import events
+from scrapy_retryqueue.queue.envelope import (
+    read_document,
+    request_from_json,
+    task_from_json,
 )
+from scrapy_retryqueue.secure.encryption import cipher_for
+from scrapy_retryqueue.settings.defaults import ENVELOPE_MAX_DEPTH
+from scrapy_retryqueue.store.writer import Event, build_batch, parse_envelope
 
 CORPUS_DIR = Path(__file__).parent / "corpus" / "entries"
 CORPUS = {path.name: path.read_bytes() for path in sorted(CORPUS_DIR.iterdir())}

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.envelope import task_from_json
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import task_from_json
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"base_delay": 0.2, "max_delay": 1}
@@ -193,7 +193,7 @@ def test_internal_no_callback_requests_are_left_alone(glue: dict[str, Any]) -> N
 
 def test_the_add_on_replaces_scrapys_retry_middleware(glue: dict[str, Any]) -> None:
     enabled = glue["log"].split("Enabled downloader middlewares:")[1].split("]")[0]
-    assert "scrapy_retryqueue.middleware.RetryQueueMiddleware" in enabled
+    assert "scrapy_retryqueue.crawl.middleware.RetryQueueMiddleware" in enabled
     assert "scrapy.downloadermiddlewares.retry.RetryMiddleware" not in enabled
 
 

@@ -16,10 +16,10 @@ import scrapy
 from scrapy.settings import Settings
 
 from scrapy_retryqueue import signals as rq_signals
-from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
+from scrapy_retryqueue.decision.classify import FailureInfo
+from scrapy_retryqueue.decision.policy import Decision
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.policy import Decision
 from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime
 
 from .runtimes import plan_of, unopened_runtime

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.envelope import task_from_json
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import task_from_json
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"base_delay": 0.2, "max_delay": 1}

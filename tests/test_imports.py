@@ -19,7 +19,7 @@ import pytest
 from scrapy.settings import Settings
 
 import scrapy_retryqueue
-from scrapy_retryqueue.addon import COMPONENTS, STOCK_RETRY_MIDDLEWARE, Addon
+from scrapy_retryqueue.crawl.addon import COMPONENTS, STOCK_RETRY_MIDDLEWARE, Addon
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "scrapy_retryqueue"
@@ -30,14 +30,15 @@ HEAVY = (
     "alembic",
     "loguru",
     "scrapy_retryqueue.store",
-    "scrapy_retryqueue.storeext",
+    "scrapy_retryqueue.crawl.storeext",
     "scrapy_retryqueue.writer",
     "scrapy_retryqueue.dashboard",
     "scrapy_retryqueue.commands",
-    "scrapy_retryqueue.runtime",
-    "scrapy_retryqueue.middleware",
-    "scrapy_retryqueue.spidermiddleware",
-    "scrapy_retryqueue.extension",
+    "scrapy_retryqueue.runtime.facade",
+    "scrapy_retryqueue.runtime.writes",
+    "scrapy_retryqueue.crawl.middleware",
+    "scrapy_retryqueue.crawl.spidermiddleware",
+    "scrapy_retryqueue.crawl.extension",
 )
 
 
@@ -120,11 +121,11 @@ def test_the_add_on_registers_components_without_importing_them() -> None:
 def test_public_names_still_import_from_the_package() -> None:
     code = (
         "from scrapy_retryqueue import Addon, RetryQueueMiddleware\n"
-        "import scrapy_retryqueue.addon, scrapy_retryqueue.middleware\n"
-        "assert Addon is scrapy_retryqueue.addon.Addon\n"
-        "assert RetryQueueMiddleware is scrapy_retryqueue.middleware.RetryQueueMiddleware"
+        "import scrapy_retryqueue.crawl.addon, scrapy_retryqueue.crawl.middleware\n"
+        "assert Addon is scrapy_retryqueue.crawl.addon.Addon\n"
+        "assert RetryQueueMiddleware is scrapy_retryqueue.crawl.middleware.RetryQueueMiddleware"
     )
-    assert "scrapy_retryqueue.middleware" in loaded_after(code)
+    assert "scrapy_retryqueue.crawl.middleware" in loaded_after(code)
 
 
 def test_every_public_name_resolves_and_is_listed() -> None:
@@ -176,15 +177,15 @@ def test_the_add_on_swaps_the_retry_middleware_and_adds_ours() -> None:
 
     assert settings.getdict("DOWNLOADER_MIDDLEWARES") == {
         STOCK_RETRY_MIDDLEWARE: None,
-        "scrapy_retryqueue.middleware.RetryQueueMiddleware": 550,
+        "scrapy_retryqueue.crawl.middleware.RetryQueueMiddleware": 550,
     }
     assert settings.getdict("SPIDER_MIDDLEWARES") == {
-        "scrapy_retryqueue.spidermiddleware.RetryQueueSpiderMiddleware": 950,
+        "scrapy_retryqueue.crawl.spidermiddleware.RetryQueueSpiderMiddleware": 950,
     }
     assert settings.getdict("EXTENSIONS") == {
         "myproject.extensions.Other": 10,
-        "scrapy_retryqueue.extension.RetryQueueExtension": 500,
-        "scrapy_retryqueue.storeext.RetryQueueStoreExtension": 510,
+        "scrapy_retryqueue.crawl.extension.RetryQueueExtension": 500,
+        "scrapy_retryqueue.crawl.storeext.RetryQueueStoreExtension": 510,
     }
 
 

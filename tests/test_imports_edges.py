@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The modules a crawl runs on: the commands and the dashboard must not need them.
 CRAWL_STACK = (
     "scrapy_retryqueue.runtime",
-    "scrapy_retryqueue.middleware",
-    "scrapy_retryqueue.extension",
-    "scrapy_retryqueue.spidermiddleware",
+    "scrapy_retryqueue.crawl.middleware",
+    "scrapy_retryqueue.crawl.extension",
+    "scrapy_retryqueue.crawl.spidermiddleware",
 )
 STORE_DEPENDENCIES = ("sqlalchemy", "alembic")
 
@@ -59,7 +59,7 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     ],
 )
 def test_the_commands_and_the_dashboard_do_not_import_the_crawl_stack(module: str) -> None:
-    assert _loaded(loaded_after(module), (*CRAWL_STACK, "scrapy_retryqueue.storeext")) == []
+    assert _loaded(loaded_after(module), (*CRAWL_STACK, "scrapy_retryqueue.crawl.storeext")) == []
 
 
 def test_the_store_writer_service_imports_neither_scrapy_nor_twisted() -> None:
@@ -84,6 +84,6 @@ def test_the_commands_do_not_import_the_store_until_they_run() -> None:
     assert _loaded(modules, STORE_DEPENDENCIES) == []
 
 
-@pytest.mark.parametrize("module", ["scrapy_retryqueue", "scrapy_retryqueue.storeext"])
+@pytest.mark.parametrize("module", ["scrapy_retryqueue", "scrapy_retryqueue.crawl.storeext"])
 def test_a_crawl_does_not_import_the_store_before_it_is_used(module: str) -> None:
     assert _loaded(loaded_after(module), STORE_DEPENDENCIES) == []

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .crawling import ROOT, flaky_site
 

@@ -7,18 +7,18 @@ import fnmatch
 import pytest
 from redis.crc import key_slot
 
-from scrapy_retryqueue.keys import (
+from scrapy_retryqueue.queue.keys import (
     all_keys,
     frontier_keys,
     keys_for,
     lease_owner,
     lease_prefix,
     lease_token,
-    project_name,
     queue_of,
     scan_pattern,
     spider_of,
 )
+from scrapy_retryqueue.settings.names import project_name
 
 
 def test_key_names():

@@ -12,22 +12,12 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from scrapy_retryqueue.backoff import BackoffContext, ExponentialBackoff
-from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import learned_backoff_settings
-from scrapy_retryqueue.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
-from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
-from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.learned import LearnedBackoff
-from scrapy_retryqueue.policy import Policy, PolicyTable
-from scrapy_retryqueue.queue import (
-    SCRIPT_NAMES,
-    SNIPPETS,
-    RedisDelayedQueue,
-    Write,
-    load_script_source,
-)
-from scrapy_retryqueue.recovery import (
+from scrapy_retryqueue.decision.backoff import BackoffContext, ExponentialBackoff
+from scrapy_retryqueue.decision.classify import FailureInfo
+from scrapy_retryqueue.decision.learned import LearnedBackoff
+from scrapy_retryqueue.decision.policy import Policy, PolicyTable
+from scrapy_retryqueue.decision.recovery import (
     EDGES,
     Record,
     RecoveryStats,
@@ -38,7 +28,17 @@ from scrapy_retryqueue.recovery import (
     observation,
     read_records,
 )
-from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
+from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.queue.delayed import (
+    SCRIPT_NAMES,
+    SNIPPETS,
+    RedisDelayedQueue,
+    Write,
+    load_script_source,
+)
+from scrapy_retryqueue.queue.domains import DOMAIN_SCRIPT_NAMES
+from scrapy_retryqueue.queue.frontier import FRONTIER_SCRIPT_NAMES
+from scrapy_retryqueue.settings.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
 
 POLICY = Policy(
     retry=True, base_delay=2.0, multiplier=2.0, max_delay=300.0, max_retries=9, jitter="equal"
@@ -379,7 +379,7 @@ def test_the_scripts_start_a_hostile_record_over_and_keep_at_most_max_records(
 
 # -- the one learning function the scripts share (lua/lib/recovery.lua) -----------------
 
-LUA = resources.files("scrapy_retryqueue") / "lua"
+LUA = resources.files("scrapy_retryqueue.queue") / "lua"
 SNIPPET = (LUA / "lib" / "recovery.lua").read_text("utf-8")
 EVERY_SCRIPT = sorted(set(SCRIPT_NAMES + DOMAIN_SCRIPT_NAMES + FRONTIER_SCRIPT_NAMES))
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_retryqueue.kinds import SERVER_ERROR
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
+from scrapy_retryqueue.decision.kinds import SERVER_ERROR
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
 
 from .sitecrawl import Site, run_crawl, serving, spider_named
 

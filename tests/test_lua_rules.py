@@ -1,5 +1,5 @@
 """What no Lua script of the package may do: parse JSON text, read an envelope's
-text, or spell a kind's name (kinds come from ARGV, from scrapy_retryqueue.kinds)."""
+text, or spell a kind's name (kinds come from ARGV, from scrapy_retryqueue.decision.kinds)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_retryqueue import kinds
+from scrapy_retryqueue.decision import kinds
 
 PACKAGE = Path(str(resources.files("scrapy_retryqueue")))
 SCRIPTS = sorted(PACKAGE.rglob("*.lua"))
@@ -65,7 +65,7 @@ def test_no_script_reads_an_envelopes_text(path: Path) -> None:
 
 def test_the_envelope_check_sees_an_envelope_read() -> None:
     # The check itself: the way claim.lua once read a task's host is caught.
-    tmp = PACKAGE / "lua" / "claim.lua"
+    tmp = PACKAGE / "queue" / "lua" / "claim.lua"
     names = _envelope_names(tmp)
     assert {"envelope", "envelopes"} <= names
     old = """local url = string.match(envelope, '"request":{"url":"([^"]*)"')"""

@@ -15,7 +15,7 @@ from scrapy import Spider
 from scrapy.utils.test import get_crawler
 from spidermon.contrib.scrapy.runners import SpiderMonitorRunner
 
-from scrapy_retryqueue.monitors import RetryQueueMonitorSuite
+from scrapy_retryqueue.crawl.monitors import RetryQueueMonitorSuite
 
 from .crawling import crawl
 from .sitecrawl import Answer, Site, serving
@@ -50,7 +50,7 @@ def _settings(tmp_path: Path, redis_url: str) -> dict[str, Any]:
         "SPIDERMON_ENABLED": True,
         "EXTENSIONS": {"spidermon.contrib.scrapy.extensions.Spidermon": 500},
         # A string: -s passes text, which getlist() splits at commas.
-        "SPIDERMON_ENGINE_STOP_MONITORS": "scrapy_retryqueue.monitors.RetryQueueMonitorSuite",
+        "SPIDERMON_ENGINE_STOP_MONITORS": "scrapy_retryqueue.crawl.monitors.RetryQueueMonitorSuite",
     }
 
 

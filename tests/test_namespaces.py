@@ -13,11 +13,11 @@ import redis
 from scrapy.settings import Settings
 
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.envelope import Task
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.keys import all_keys, frontier_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue, Write
-from scrapy_retryqueue.redisfrontier import Entry, RedisFrontier
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.frontier import Entry, RedisFrontier
+from scrapy_retryqueue.queue.keys import all_keys, frontier_keys, keys_for
 
 from .crawling import flaky_site, read_crawl, start_crawl
 
@@ -120,7 +120,7 @@ def test_a_crawl_on_the_leased_frontier_keeps_it_in_the_projects_namespace(
         "RETRYQUEUE_STORE_ENABLED": False,
         "RETRYQUEUE_POLL_INTERVAL": 0.2,
         "DOWNLOAD_TIMEOUT": 1,
-        "SCHEDULER": "scrapy_retryqueue.frontier.LeasedScheduler",
+        "SCHEDULER": "scrapy_retryqueue.crawl.frontier.LeasedScheduler",
         "BOT_NAME": project,
         "RETRYQUEUE_NAMESPACE": None,
         "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path / "embedded"),

@@ -7,11 +7,11 @@ import random
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_retryqueue import defaults, kinds
-from scrapy_retryqueue.classify import FailureInfo
 from scrapy_retryqueue.config import load_config
+from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.decision.classify import FailureInfo
+from scrapy_retryqueue.decision.policy import Decision, Policy, PolicyTable
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.policy import Decision, Policy, PolicyTable
 
 HALF = lambda: 0.5  # noqa: E731
 ZERO = lambda: 0.0  # noqa: E731
@@ -19,7 +19,7 @@ ZERO = lambda: 0.0  # noqa: E731
 
 def _default_policies() -> dict[str, Policy]:
     return {
-        kind: Policy.from_dict(defaults.POLICIES[kind], where=kind)
+        kind: Policy.from_dict(kinds.POLICIES[kind], where=kind)
         for kind in kinds.BUILTIN_TABLE.policy_names
     }
 
@@ -126,7 +126,7 @@ def test_retry_after_is_capped_by_retry_after_max():
 
 
 def test_retry_after_does_not_extend_the_retry_budget():
-    budget = defaults.POLICIES["rate_limited"]["max_retries"]
+    budget = kinds.POLICIES["rate_limited"]["max_retries"]
     decision = _table().decide(_failure("rate_limited", retry_after=10.0), {"rate_limited": budget})
     assert decision.retry is False
 

@@ -17,12 +17,17 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_retryqueue.defaults import ENVELOPE_VERSION
-from scrapy_retryqueue.domains import DOMAIN_SCRIPT_NAMES
-from scrapy_retryqueue.envelope import Task, malformed_envelope, task_from_json
-from scrapy_retryqueue.keys import Keys, all_keys
-from scrapy_retryqueue.queue import SCRIPT_NAMES, SNIPPETS, RedisDelayedQueue, load_script_source
-from scrapy_retryqueue.redisfrontier import FRONTIER_SCRIPT_NAMES
+from scrapy_retryqueue.queue.delayed import (
+    SCRIPT_NAMES,
+    SNIPPETS,
+    RedisDelayedQueue,
+    load_script_source,
+)
+from scrapy_retryqueue.queue.domains import DOMAIN_SCRIPT_NAMES
+from scrapy_retryqueue.queue.envelope import Task, malformed_envelope, task_from_json
+from scrapy_retryqueue.queue.frontier import FRONTIER_SCRIPT_NAMES
+from scrapy_retryqueue.queue.keys import Keys, all_keys
+from scrapy_retryqueue.settings.defaults import ENVELOPE_VERSION
 from scrapy_retryqueue.values import as_text
 
 MakeTask = Callable[..., Task]
@@ -902,7 +907,7 @@ def test_a_task_whose_last_write_waits_behind_a_poll_is_renewed_not_reaped(
     from twisted.internet.defer import Deferred
 
     from scrapy_retryqueue.config import load_config
-    from scrapy_retryqueue.queue import Write
+    from scrapy_retryqueue.queue.delayed import Write
     from scrapy_retryqueue.runtime.leases import Leases
     from scrapy_retryqueue.values import now_ms
 
@@ -1045,7 +1050,7 @@ def _blocks(source: str) -> tuple[str, str]:
 
 
 def _lua(path: str) -> str:
-    return resources.files("scrapy_retryqueue").joinpath("lua", path).read_text("utf-8")
+    return resources.files("scrapy_retryqueue.queue").joinpath("lua", path).read_text("utf-8")
 
 
 def _script(name: str) -> tuple[str, str]:
@@ -1071,7 +1076,7 @@ def _snippet_keys(name: str) -> dict[str, str]:
 
 
 def test_every_script_is_loaded_by_the_queue() -> None:
-    lua = resources.files("scrapy_retryqueue").joinpath("lua")
+    lua = resources.files("scrapy_retryqueue.queue").joinpath("lua")
     files = {p.name.removesuffix(".lua") for p in lua.iterdir() if p.name.endswith(".lua")}
     assert files == set(SCRIPT_NAMES) | set(DOMAIN_SCRIPT_NAMES) | set(FRONTIER_SCRIPT_NAMES)
     snippets = {p.name.removesuffix(".lua") for p in lua.joinpath("lib").iterdir()}

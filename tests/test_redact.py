@@ -7,7 +7,7 @@ from scrapy.settings import Settings
 
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.redact import MASK, mask_envelope, mask_request, secret_names
+from scrapy_retryqueue.secure.redact import MASK, mask_envelope, mask_request, secret_names
 
 SECRET = secret_names(["Authorization", "Cookie", "Proxy-Authorization"])
 
@@ -50,7 +50,7 @@ def test_the_setting_takes_a_list_or_a_comma_separated_string() -> None:
 
 import base64  # noqa: E402
 
-from scrapy_retryqueue.redact import mask_headers, mask_raw, mask_url_passwords  # noqa: E402
+from scrapy_retryqueue.secure.redact import mask_headers, mask_raw, mask_url_passwords  # noqa: E402
 
 
 @pytest.mark.parametrize(

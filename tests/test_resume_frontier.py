@@ -2,7 +2,7 @@
 every parseable page is parsed exactly once across the runs.
 
 The example project's ``flaky_resumable`` spider keeps its frontier in Redis
-(scrapy_retryqueue.frontier.LeasedScheduler), so what the interrupted crawl had not
+(scrapy_retryqueue.crawl.frontier.LeasedScheduler), so what the interrupted crawl had not
 fetched yet waits there beside its pending retries.
 """
 

@@ -22,14 +22,9 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue import view
 from scrapy_retryqueue.commands._status import budget_lines
 from scrapy_retryqueue.config import load_config
-from scrapy_retryqueue.defaults import META_TASK
-from scrapy_retryqueue.envelope import Task, task_from_json
-from scrapy_retryqueue.exceptions import ConfigError
-from scrapy_retryqueue.queue import Claimed, RedisDelayedQueue, RetryBudget, Write
-from scrapy_retryqueue.retrybudget import (
+from scrapy_retryqueue.decision.retrybudget import (
     REQUEST_SLOTS,
     SLOTS,
     BudgetRecord,
@@ -37,9 +32,14 @@ from scrapy_retryqueue.retrybudget import (
     read_budgets,
     slice_ms,
 )
+from scrapy_retryqueue.exceptions import ConfigError
+from scrapy_retryqueue.queue.delayed import Claimed, RedisDelayedQueue, RetryBudget, Write
+from scrapy_retryqueue.queue.envelope import Task, task_from_json
 from scrapy_retryqueue.runtime.reporting import Reporter
 from scrapy_retryqueue.runtime.retrybudget import RequestCounts
+from scrapy_retryqueue.settings.defaults import META_TASK
 from scrapy_retryqueue.values import as_text, now_ms
+from scrapy_retryqueue.view import live as view
 
 from .runtimes import unopened_runtime
 
@@ -501,7 +501,7 @@ def test_status_reports_each_domains_budget_from_redis(
     tmp_path: Path,
 ) -> None:
     from scrapy_retryqueue.commands._status import render_table, report
-    from scrapy_retryqueue.sources import Sources
+    from scrapy_retryqueue.view.sources import Sources
 
     _park(queue, make_task, "a.example", 15)
     queue.claim(

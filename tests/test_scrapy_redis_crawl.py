@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .crawling import crawl, flaky_site
 from .storecli import scrapy

@@ -34,12 +34,8 @@ from twisted.internet.error import (
 )
 from twisted.web.client import ResponseFailed
 
-from scrapy_retryqueue import (
-    RequestParked,
-    RetryQueueExtension,
-    RetryQueueMiddleware,
-)
-from scrapy_retryqueue.keys import all_keys, keys_for
+from scrapy_retryqueue import RequestParked, RetryQueueExtension, RetryQueueMiddleware
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 
 from .reactorthread import ReactorThread
 from .test_components import RecordingEngine, _send

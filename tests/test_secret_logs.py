@@ -16,10 +16,10 @@ from cryptography.fernet import Fernet
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue.classify import FailureInfo
-from scrapy_retryqueue.encryption import FIELD
-from scrapy_retryqueue.redact import MASK
+from scrapy_retryqueue.decision.classify import FailureInfo
 from scrapy_retryqueue.runtime import Outcome, RetryQueueRuntime
+from scrapy_retryqueue.secure.encryption import FIELD
+from scrapy_retryqueue.secure.redact import MASK
 
 SECRETS = ("Bearer AUTH-S3CRET", "sid=COOKIE-S3CRET", "APIKEY-S3CRET", "REFERER-S3CRET")
 SERVER_ERROR = FailureInfo("server_error", "HttpStatus", "HTTP 503", status=503)

@@ -17,14 +17,14 @@ from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue import defaults
 from scrapy_retryqueue.config import load_config, shown, unknown_settings
+from scrapy_retryqueue.crawl.middleware import RetryQueueMiddleware
 from scrapy_retryqueue.dashboard.settings import load_dashboard_config
 from scrapy_retryqueue.exceptions import ConfigError, SpiderNameError
-from scrapy_retryqueue.keys import keys_for
-from scrapy_retryqueue.middleware import RetryQueueMiddleware
+from scrapy_retryqueue.queue.keys import keys_for
+from scrapy_retryqueue.runtime.writable import directory_problem, file_problem
+from scrapy_retryqueue.settings import defaults
 from scrapy_retryqueue.store.config import load_store_config
-from scrapy_retryqueue.writable import directory_problem, file_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEP_JSON = "[" * 5000 + "]" * 5000
@@ -165,7 +165,7 @@ def test_a_namespace_no_key_can_hold_is_a_setting_error() -> None:
 def test_the_per_user_directory_without_scrapy_cfg_is_accepted_and_proc_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scrapy_retryqueue import embedded
+    from scrapy_retryqueue.queue import embedded
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     fallback = embedded.user_directory("proj")
@@ -291,7 +291,7 @@ class _Spider(Spider):
 def test_a_crawl_warns_once_of_a_misspelt_setting(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from scrapy_retryqueue.addon import Addon
+    from scrapy_retryqueue.crawl.addon import Addon
 
     crawler = get_crawler(
         _Spider,

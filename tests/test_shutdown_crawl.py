@@ -28,10 +28,10 @@ import pytest
 import redis
 
 from scrapy_retryqueue.config import redact_url
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import keys_for
-from scrapy_retryqueue.queue import Write
-from scrapy_retryqueue.spool import Spool
+from scrapy_retryqueue.queue.delayed import Write
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import keys_for
+from scrapy_retryqueue.queue.spool import Spool
 
 from .crawling import flaky_site, read_crawl, start_crawl
 from .servers import RedisServer

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scrapy_retryqueue.connection import same_queue
-from scrapy_retryqueue.queue import Write
-from scrapy_retryqueue.spool import Spool
+from scrapy_retryqueue.queue.connection import same_queue
+from scrapy_retryqueue.queue.delayed import Write
+from scrapy_retryqueue.queue.spool import Spool
 
 
 def _spool(tmp_path: Path, queue: str, node: str = "n1", project: str = "") -> Spool:
@@ -116,7 +116,7 @@ def test_two_crawlers_of_one_spider_in_one_process_get_a_file_each(tmp_path: Pat
 
 
 def test_a_write_keeps_its_creation_time_and_host_and_an_older_line_reads_without() -> None:
-    from scrapy_retryqueue.spool import _from_line, _to_line
+    from scrapy_retryqueue.queue.spool import _from_line, _to_line
 
     write = Write(
         "ack", "a", 5, "t", kind="timeout", url="http://x.test/", created=2, host="x.test"

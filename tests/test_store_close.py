@@ -13,9 +13,9 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue.defaults import STORE_RETRY_MIN_DELAY
-from scrapy_retryqueue.queue import RedisDelayedQueue
-from scrapy_retryqueue.storeext import RetryQueueStoreExtension
+from scrapy_retryqueue.crawl.storeext import RetryQueueStoreExtension
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.settings.defaults import STORE_RETRY_MIN_DELAY
 
 from .waiting import wait_for
 

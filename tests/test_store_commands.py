@@ -20,9 +20,9 @@ import redis
 from sqlalchemy import select
 
 from scrapy_retryqueue.commands._common import Progress
-from scrapy_retryqueue.envelope import Task, task_from_json
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task, task_from_json
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.export import csv_cell, escape_cell
 from scrapy_retryqueue.store.upsert import apply_batch

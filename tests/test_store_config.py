@@ -72,8 +72,8 @@ def test_the_writers_blocking_read_stays_below_the_socket_timeout(
 ) -> None:
     from scrapy.utils.test import get_crawler
 
-    from scrapy_retryqueue.defaults import REDIS_SOCKET_TIMEOUT
-    from scrapy_retryqueue.storeext import RetryQueueStoreExtension
+    from scrapy_retryqueue.crawl.storeext import RetryQueueStoreExtension
+    from scrapy_retryqueue.settings.defaults import REDIS_SOCKET_TIMEOUT
 
     crawler = get_crawler(
         settings_dict={
@@ -99,7 +99,7 @@ def test_a_store_turned_off_is_one_info_line_and_no_scrapy_warning(
         settings_dict={
             "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
             "RETRYQUEUE_STORE_ENABLED": False,
-            "EXTENSIONS": {"scrapy_retryqueue.storeext.RetryQueueStoreExtension": 0},
+            "EXTENSIONS": {"scrapy_retryqueue.crawl.storeext.RetryQueueStoreExtension": 0},
         }
     )
     caplog.set_level(logging.INFO)
@@ -107,7 +107,7 @@ def test_a_store_turned_off_is_one_info_line_and_no_scrapy_warning(
     assert not any(type(m).__name__ == "RetryQueueStoreExtension" for m in manager.middlewares)
     store_lines = [r for r in caplog.records if "RetryQueueStoreExtension" in r.getMessage()]
     assert [r for r in store_lines if r.levelno >= logging.WARNING] == []
-    ours = [r for r in caplog.records if r.name == "scrapy_retryqueue.storeext"]
+    ours = [r for r in caplog.records if r.name == "scrapy_retryqueue.crawl.storeext"]
     assert [(r.levelno, "RETRYQUEUE_STORE_ENABLED = False" in r.getMessage()) for r in ours] == [
         (logging.INFO, True)
     ]

@@ -20,7 +20,7 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from scrapy_retryqueue.keys import keys_for
+from scrapy_retryqueue.queue.keys import keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
 

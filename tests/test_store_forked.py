@@ -16,9 +16,9 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.crawl.storeext import RetryQueueStoreExtension
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
 from scrapy_retryqueue.store.forked import ForkedWriter, WriterGone
-from scrapy_retryqueue.storeext import RetryQueueStoreExtension
 
 from .waiting import wait_for
 

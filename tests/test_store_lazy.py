@@ -10,9 +10,9 @@ from typing import Any
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.crawl.storeext import RetryQueueStoreExtension
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
 from scrapy_retryqueue.store.redisops import EventStream, has_work
-from scrapy_retryqueue.storeext import RetryQueueStoreExtension
 
 from .waiting import wait_for
 

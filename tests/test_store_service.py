@@ -22,9 +22,9 @@ from scrapy.settings import Settings
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from scrapy_retryqueue.defaults import STORE_WRITER_RESCAN
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.settings.defaults import STORE_WRITER_RESCAN
 from scrapy_retryqueue.store.config import StoreConfig, load_store_config
 from scrapy_retryqueue.store.db import Store, StoreError
 from scrapy_retryqueue.store.service import Counters, WriterService

@@ -26,9 +26,9 @@ from sqlalchemy import select
 
 import scrapy_retryqueue.store.sync as sync_module
 import scrapy_retryqueue.store.upsert as upsert_module
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
 from scrapy_retryqueue.store.sync import EventSync, Prepared, apply_retention

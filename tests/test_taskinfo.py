@@ -7,8 +7,8 @@ import pytest
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
+from scrapy_retryqueue.queue.taskinfo import host_of, taskinfo_value
 from scrapy_retryqueue.store.writer import domain_of
-from scrapy_retryqueue.taskinfo import host_of, taskinfo_value
 
 URLS = [
     "http://Shop.Test:8080/a",
@@ -53,8 +53,8 @@ def test_the_planners_host_from_the_cached_parse_is_host_of_the_url(url: str, tm
     # be what host_of(task.url) would have said, or the claim misses cooling tasks.
     from scrapy import Spider
 
-    from scrapy_retryqueue.classify import FailureInfo
-    from scrapy_retryqueue.queue import Write
+    from scrapy_retryqueue.decision.classify import FailureInfo
+    from scrapy_retryqueue.queue.delayed import Write
 
     from .runtimes import unopened_runtime
 

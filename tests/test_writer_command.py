@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from scrapy_retryqueue.envelope import Task
-from scrapy_retryqueue.keys import all_keys, keys_for
-from scrapy_retryqueue.queue import RedisDelayedQueue
+from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
+from scrapy_retryqueue.queue.envelope import Task
+from scrapy_retryqueue.queue.keys import all_keys, keys_for
 from scrapy_retryqueue.store.db import Store
 
 from .storecli import scrapy

@@ -2,7 +2,7 @@
 
 Live counts come from Redis (due, due now, leased, dead letters not yet in the
 store, events not yet written); history from the store (dead letters,
-succeeded today, by kind, top domains); both through :mod:`scrapy_retryqueue.status`.
+succeeded today, by kind, top domains); both through :mod:`scrapy_retryqueue.view.status`.
 Either side may be missing: the other is still shown, with a note. A spider of
 the project that was never crawled is shown with nothing yet.
 """
@@ -13,9 +13,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from .. import view
-from ..sources import Sources
-from ..status import Status, collect, learned_recovery, learned_strategy, retry_budget_state
+from ..view import live as view
+from ..view.sources import Sources
+from ..view.status import Status, collect, learned_recovery, learned_strategy, retry_budget_state
 from ._common import EXIT_NO_MATCH, CommandFailed
 
 

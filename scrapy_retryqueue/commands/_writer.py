@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import IO
 
-from .. import embedded
 from ..config import redact_url
-from ..sources import Sources
+from ..queue import embedded
 from ..store.service import Counters, WriterService
+from ..view.sources import Sources
 from ._common import EXIT_ERROR
 
 #: The loggers of the store's writer: their lines are the command's news.

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..kinds import BUILTIN_TABLE
+from ..decision.kinds import BUILTIN_TABLE
 from ._common import (
     EXIT_ERROR,
     EXIT_NO_MATCH,
@@ -41,8 +41,8 @@ from ._common import (
 from ._common import Command as BaseCommand
 
 if TYPE_CHECKING:
-    from ..sources import Sources
     from ..store.queries import Filters
+    from ..view.sources import Sources
 
 GLOBAL_OPTIONS = (
     "Scrapy's options go with any subcommand: -s NAME=VALUE sets a setting (e.g.\n"
@@ -277,7 +277,7 @@ class Command(BaseCommand):
         return build_parser()
 
     def dispatch(self, ns: argparse.Namespace) -> int:
-        from ..sources import Sources
+        from ..view.sources import Sources
 
         if getattr(ns, "limit", None) is not None and ns.limit < 1:
             raise CommandFailed(f"--limit must be >= 1, got {ns.limit}")
@@ -436,9 +436,9 @@ class Command(BaseCommand):
     # -- sync ------------------------------------------------------------------
 
     def _sync(self, sources: Sources, ns: Any) -> int:
-        from .. import view
         from ..store.service import event_sync
         from ..values import now_ms
+        from ..view import live as view
 
         store = sources.store(create=True, check_schema=False)
         store.ensure_schema(create=sources.store_config.create_schema)

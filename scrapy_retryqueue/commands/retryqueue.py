@@ -25,7 +25,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
+from ..settings.defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
 from ._common import (
     EXIT_CANNOT_LISTEN,
     EXIT_NOT_RUNNING,
@@ -38,7 +38,7 @@ from ._common import Command as BaseCommand
 
 if TYPE_CHECKING:
     from ..dashboard.settings import DashboardConfig
-    from ..sources import Sources
+    from ..view.sources import Sources
 
 _HOST = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_HOST"]
 _PORT = DASHBOARD_SETTINGS["RETRYQUEUE_DASHBOARD_PORT"]
@@ -188,9 +188,9 @@ class Command(BaseCommand):
             self._sources = None
 
     def _server(self, action: str) -> int:
-        from .. import embedded
         from ..config import load_config
-        from ..connection import embedded_dir
+        from ..queue import embedded
+        from ..queue.connection import embedded_dir
 
         assert self.settings is not None
         directory = embedded_dir(load_config(self.settings).embedded_dir)
@@ -209,7 +209,7 @@ class Command(BaseCommand):
         return 0
 
     def _status(self, ns: argparse.Namespace) -> int:
-        from ..sources import Sources
+        from ..view.sources import Sources
         from ._status import render_json, render_table, report
 
         assert self.settings is not None
@@ -263,7 +263,7 @@ class Command(BaseCommand):
         return 0
 
     def _writer(self, ns: argparse.Namespace) -> int:
-        from ..sources import Sources
+        from ..view.sources import Sources
         from ._writer import run_writer
 
         assert self.settings is not None

@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from .. import __version__
-from ..defaults import TASK_STATUSES
+from ..settings.defaults import TASK_STATUSES
 from .auth import Sessions, WrongTokens, same
 from .backend import (
     ACTIONS,

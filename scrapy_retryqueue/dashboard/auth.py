@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import defaults
+from ..settings import defaults
 
 Clock = Callable[[], float]
 

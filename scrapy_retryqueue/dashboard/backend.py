@@ -3,7 +3,7 @@
 No web framework here: plain data in, plain data (JSON-ready dicts) out, so the
 HTML pages, the JSON API and the tests share one implementation. Filters are
 the store commands' (:class:`~scrapy_retryqueue.store.queries.Filters`), plus a
-URL substring; Redis is read through :mod:`scrapy_retryqueue.view`, the
+URL substring; Redis is read through :mod:`scrapy_retryqueue.view.live`, the
 actions are :mod:`scrapy_retryqueue.store.actions`.
 """
 
@@ -21,22 +21,12 @@ from typing import Any
 import redis
 from sqlalchemy import and_, func, select
 
-from .. import events, view
 from ..config import Config, kinds_setting, secret_headers_setting
+from ..decision.kinds import BUILTIN_TABLE
 from ..exceptions import ConfigError, RetryQueueError, SpiderNameError
-from ..keys import keys_for
-from ..kinds import BUILTIN_TABLE
-from ..redact import mask_envelope, mask_request, mask_url_passwords
-from ..sources import Sources
-from ..status import (
-    EMBEDDED_DOWN,
-    budget_malformed_line,
-    collect,
-    learned_recovery,
-    learned_strategy,
-    local_midnight,
-    retry_budget_state,
-)
+from ..queue import events
+from ..queue.keys import keys_for
+from ..secure.redact import mask_envelope, mask_request, mask_url_passwords
 from ..store import actions
 from ..store.db import Store, StoreError
 from ..store.models import tasks_table
@@ -51,6 +41,17 @@ from ..store.queries import (
     shown,
 )
 from ..store.service import event_sync
+from ..view import live as view
+from ..view.sources import Sources
+from ..view.status import (
+    EMBEDDED_DOWN,
+    budget_malformed_line,
+    collect,
+    learned_recovery,
+    learned_strategy,
+    local_midnight,
+    retry_budget_state,
+)
 from .settings import MAX_PAGE_SIZE
 
 ACTIONS = actions.ACTIONS

@@ -24,10 +24,10 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import view
 from ..exceptions import RetryQueueError
 from ..store.queries import Outcomes, outcomes, recovery_histogram
 from ..values import now_ms
+from ..view import live as view
 
 if TYPE_CHECKING:
     from .backend import Backend

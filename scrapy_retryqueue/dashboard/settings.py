@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .. import defaults
 from ..config import secret_headers_setting
 from ..exceptions import ConfigError
+from ..settings import defaults
 
 #: Most rows one page of the tasks table shows.
 MAX_PAGE_SIZE = 500

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..connection import is_outage
-from ..domains import DomainChange, DomainCooldowns
+from ..queue.connection import is_outage
+from ..queue.domains import DomainChange, DomainCooldowns
 from ..values import now_ms
 
 if TYPE_CHECKING:
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from twisted.python.failure import Failure
 
-    from ..classify import FailureInfo
     from ..config import Config
+    from ..decision.classify import FailureInfo
     from .reporting import Reporter
     from .writes import WritePath
 

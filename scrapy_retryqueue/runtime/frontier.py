@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..redisfrontier import Entry, Leased
+from ..queue.frontier import Entry, Leased
 from ..values import now_ms
 from .renewal import RenewalClock
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy import Request
 
     from ..config import Config
-    from ..redisfrontier import RedisFrontier
+    from ..queue.frontier import RedisFrontier
 
 
 @dataclass(slots=True)

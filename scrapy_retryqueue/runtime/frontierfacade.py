@@ -11,10 +11,10 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..connection import is_outage
-from ..defaults import FLEET_HEARTBEAT_MIN_MS, META_FRONTIER
-from ..envelope import EnvelopeError
 from ..exceptions import EncryptionKeyError
+from ..queue.connection import is_outage
+from ..queue.envelope import EnvelopeError
+from ..settings.defaults import FLEET_HEARTBEAT_MIN_MS, META_FRONTIER
 from ..values import now_ms
 from .frontier import FrontierResult, close_io, entry_for
 from .taskref import live_ref
@@ -63,7 +63,7 @@ class FrontierFacade:
 
     def frontier_push(self, request: Request) -> None:
         """Add a request to the frontier (written with the next round trip)."""
-        from ..envelope import frontier_request_to_json
+        from ..queue.envelope import frontier_request_to_json
 
         request.meta.pop(META_FRONTIER, None)
         if live_ref(request) is not None:
@@ -116,7 +116,7 @@ class FrontierFacade:
         return request
 
     def _frontier_request(self, request_id: str, raw: str | bytes, token: str) -> Request | None:
-        from ..envelope import frontier_request_from_json
+        from ..queue.envelope import frontier_request_from_json
 
         try:
             request = frontier_request_from_json(raw, self.spider, cipher=self.config.encryption)
@@ -141,7 +141,7 @@ class FrontierFacade:
     def frontier_clear(self) -> None:
         """Forget the frontier (scrapy-redis's flush: SCHEDULER_PERSIST False, or
         SCHEDULER_FLUSH_ON_START): every node's requests and its seen fingerprints."""
-        from ..keys import frontier_keys
+        from ..queue.keys import frontier_keys
 
         queue = self.writes.queue
         self.frontier.outbox.clear()

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..defaults import PROBE_RECHECK_MS, QUEUE_BATCH
-from ..keys import lease_prefix, lease_token
-from ..recovery import RecoveryStats, read_records
+from ..decision.recovery import RecoveryStats, read_records
+from ..queue.keys import lease_prefix, lease_token
+from ..settings.defaults import PROBE_RECHECK_MS, QUEUE_BATCH
 from ..values import now_ms
 from .renewal import RenewalClock
 
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from ..config import Config
-    from ..domains import DomainCooldowns
-    from ..queue import Claimed, RedisDelayedQueue, RetryBudget
+    from ..queue.delayed import Claimed, RedisDelayedQueue, RetryBudget
+    from ..queue.domains import DomainCooldowns
 
 
 @dataclass(slots=True)

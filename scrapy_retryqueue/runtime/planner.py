@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from .. import defaults, kinds
-from ..classify import FailureInfo
-from ..envelope import Task, request_to_json
+from ..decision import kinds
+from ..decision.classify import FailureInfo
+from ..decision.policy import Decision, Policy, checked_delay
 from ..exceptions import ConfigError, EnvelopeError
-from ..policy import Decision, Policy, checked_delay
-from ..taskinfo import host_word
+from ..queue.envelope import Task, request_to_json
+from ..queue.taskinfo import host_word
+from ..settings import defaults
 from ..values import now_ms
 from .taskref import TaskRef, ref_of
 

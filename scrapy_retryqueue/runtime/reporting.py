@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import signals as rq_signals
-from ..audit import AuditLog
-from ..defaults import SCRAPY_META_GIVE_UP_LOG_LEVEL
-from ..kinds import DEFERRED, MALFORMED
-from ..redact import MASK
+from ..decision.kinds import DEFERRED, MALFORMED
+from ..secure.redact import MASK
+from ..settings.defaults import SCRAPY_META_GIVE_UP_LOG_LEVEL
 from ..values import now_ms
+from .audit import AuditLog
 from .outcome import Outcome
 from .taskref import ref_created, ref_host
 
@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from ..classify import FailureInfo
     from ..config import Config
-    from ..domains import DomainChange
-    from ..queue import Claimed
+    from ..decision.classify import FailureInfo
+    from ..queue.delayed import Claimed
+    from ..queue.domains import DomainChange
     from .planner import Note, Plan
     from .taskref import TaskRef
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..queue import RetryBudget
+from ..queue.delayed import RetryBudget
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..defaults import META_TASK
-from ..taskinfo import host_of
+from ..queue.taskinfo import host_of
+from ..settings.defaults import META_TASK
 
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from ..envelope import Task
+    from ..queue.envelope import Task
 
 #: The meta value under META_TASK.
 TaskRef = dict[str, Any]

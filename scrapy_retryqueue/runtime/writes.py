@@ -19,16 +19,16 @@ import redis
 from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
-from .. import embedded
 from ..config import redact_url
-from ..connection import client_for, embedded_dir, is_outage, queue_identity, same_queue
-from ..defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from ..exceptions import RetryQueueError
-from ..keys import keys_for
-from ..queue import RedisDelayedQueue, Write
-from ..shutdown import ShutdownTrigger
-from ..spool import Spool, SpoolFull
+from ..queue import embedded
+from ..queue.connection import client_for, embedded_dir, is_outage, queue_identity, same_queue
+from ..queue.delayed import RedisDelayedQueue, Write
+from ..queue.keys import keys_for
+from ..queue.spool import Spool, SpoolFull
+from ..settings.defaults import QUEUE_BATCH, RECONNECT_MAX_DELAY, RECONNECT_MIN_DELAY
 from .outcome import WRITE_OUTCOMES, Outcome
+from .shutdown import ShutdownTrigger
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -2,7 +2,7 @@
 
 Shared by ``scrapy deadletters`` and the dashboard, which differ only in how
 they pick the tasks (:class:`~.queries.Filters`) and report the outcome. The
-queue side goes through :class:`~scrapy_retryqueue.queue.RedisDelayedQueue`
+queue side goes through :class:`~scrapy_retryqueue.queue.delayed.RedisDelayedQueue`
 (its events tell the store writer); the store side is written here.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, update
 
-from ..defaults import FINAL_TASK_STATUSES
-from ..envelope import task_from_json
 from ..exceptions import EnvelopeError
-from ..queue import RedisDelayedQueue
+from ..queue.delayed import RedisDelayedQueue
+from ..queue.envelope import task_from_json
+from ..settings.defaults import FINAL_TASK_STATUSES
 from ..values import now_ms
 from .db import Store
 from .models import tasks_table

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import defaults
 from ..config import bool_setting, number_setting, raw_setting, redact_url
 from ..exceptions import ConfigError
+from ..settings import defaults
 
 _DIALECTS = ("postgresql", "sqlite")
 

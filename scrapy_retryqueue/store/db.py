@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..config import redact_url
 from ..exceptions import RetryQueueError
-from ..files import open_private, private_dir, private_file
+from ..queue.files import open_private, private_dir, private_file
 from .models import SCHEMA_HEAD, VERSION_TABLE, tasks_table
 
 if TYPE_CHECKING:

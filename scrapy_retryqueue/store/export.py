@@ -3,7 +3,7 @@
 Rows come from :func:`~.queries.stream_rows` (EXPORT_COLUMNS order, JSON
 columns as their JSON text), so a million rows stream in constant memory.
 The stored request in each row's envelope has the values of its secret
-headers masked (:func:`scrapy_retryqueue.redact.mask_request`) unless the
+headers masked (:func:`scrapy_retryqueue.secure.redact.mask_request`) unless the
 caller passes no secret names.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import IO, Any
 
-from ..redact import mask_envelope, mask_raw
+from ..secure.redact import mask_envelope, mask_raw
 from .queries import EXPORT_COLUMNS, JSON_COLUMNS, TIME_COLUMNS
 
 FORMATS = ("csv", "jsonl", "json")

@@ -16,9 +16,9 @@ from sqlalchemy import Text, and_, case, cast, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..defaults import FINAL_TASK_STATUSES, TASK_STATUSES
+from ..decision.kinds import BUILTIN_TABLE
 from ..exceptions import RetryQueueError
-from ..kinds import BUILTIN_TABLE
+from ..settings.defaults import FINAL_TASK_STATUSES, TASK_STATUSES
 from .models import tasks_table
 
 if TYPE_CHECKING:

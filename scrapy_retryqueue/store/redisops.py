@@ -4,8 +4,8 @@ their events streams, and the removal of dead letters once the store holds them.
 Only the store writer uses it: it reads and acknowledges events through the
 ``store`` consumer group and deletes stored dead letters with its own script
 (``store/lua/forget_dead.lua``). The retry queue's writes are
-:mod:`scrapy_retryqueue.queue`'s, people's reads :mod:`scrapy_retryqueue.view`'s;
-key names come from :mod:`scrapy_retryqueue.keys`.
+:mod:`scrapy_retryqueue.queue.delayed`'s, people's reads :mod:`scrapy_retryqueue.view.live`'s;
+key names come from :mod:`scrapy_retryqueue.queue.keys`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import redis
 
-from ..connection import is_cluster_client
-from ..defaults import STORE_CONSUMER_GROUP
-from ..keys import Keys, keys_for, scan_pattern, spider_of
-from ..queue import task_id_text
+from ..queue.connection import is_cluster_client
+from ..queue.delayed import task_id_text
+from ..queue.keys import Keys, keys_for, scan_pattern, spider_of
+from ..settings.defaults import STORE_CONSUMER_GROUP
 from ..values import as_text
 
 Entry = tuple[Any, Any]
@@ -215,7 +215,7 @@ class EventStream:
         envelope, kind it died of from deadkinds: None for one an older version wrote).
 
         As Redis holds them, for the caller to judge: an id that is not UTF-8
-        keeps its bytes as surrogates (:func:`~scrapy_retryqueue.queue.task_id_text`),
+        keeps its bytes as surrogates (:func:`~scrapy_retryqueue.queue.delayed.task_id_text`),
         the time of death is the score (a float, maybe not a time at all).
         """
         rows = self.client.zrangebyscore(

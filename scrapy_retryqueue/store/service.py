@@ -29,8 +29,8 @@ import redis
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import redact_url
-from ..connection import is_outage
-from ..defaults import (
+from ..queue.connection import is_outage
+from ..settings.defaults import (
     REDIS_SOCKET_TIMEOUT,
     STORE_RETENTION_INTERVAL,
     STORE_RETRY_MIN_DELAY,

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import and_, delete, select
 from sqlalchemy.exc import DBAPIError
 
-from ..defaults import STORE_SETTINGS
-from ..events import DEAD, ID, KIND, TS, TYPE
+from ..queue.events import DEAD, ID, KIND, TS, TYPE
+from ..settings.defaults import STORE_SETTINGS
 from ..values import now_ms
 from .db import Store, describe_db_error, is_connection_error
 from .redisops import EventStream

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import events as lifecycle
-from ..defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES
-from ..envelope import malformed_envelope, read_document
+from ..decision.kinds import BUILTIN_TABLE
 from ..exceptions import EnvelopeError
-from ..kinds import BUILTIN_TABLE
-from ..taskinfo import host_of
+from ..queue import events as lifecycle
+from ..queue.envelope import malformed_envelope, read_document
+from ..queue.taskinfo import host_of
+from ..settings.defaults import FINAL_TASK_STATUSES, META_MAX_RETRIES
 from .models import tasks_table
 
 #: Event type → task status (types without one, ``domain``, are no rows).
@@ -72,7 +72,7 @@ COLUMNS = ("spider", "task_id", "created_at", *ALWAYS, *KNOWN)
 
 
 class Event(lifecycle.Event):
-    """One event of a spider's events stream (:class:`scrapy_retryqueue.events.Event`)."""
+    """One event of a spider's events stream (:class:`scrapy_retryqueue.queue.events.Event`)."""
 
     __slots__ = ("spider",)
 

@@ -32,9 +32,9 @@ class FlakyFleetSpider(FlakySpider):
     custom_settings: ClassVar[dict[str, Any]] = {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         # Leased, not popped: nothing is lost when a node dies (docs/fleet.md).
-        "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.frontier.LeasedPriorityQueue",
+        "SCHEDULER_QUEUE_CLASS": "scrapy_retryqueue.crawl.frontier.LeasedPriorityQueue",
         # The frontier keeps each fingerprint once itself, as it stores the request.
-        "DUPEFILTER_CLASS": "scrapy_retryqueue.frontier.FrontierDupeFilter",
+        "DUPEFILTER_CLASS": "scrapy_retryqueue.crawl.frontier.FrontierDupeFilter",
         # False would flush the shared frontier when the first node closes,
         # under the feet of the others.
         "SCHEDULER_PERSIST": True,

@@ -20,5 +20,5 @@ from .flaky import FlakySpider
 class FlakyResumableSpider(FlakySpider):
     name = "flaky_resumable"
     custom_settings: ClassVar[dict[str, Any]] = {
-        "SCHEDULER": "scrapy_retryqueue.frontier.LeasedScheduler",
+        "SCHEDULER": "scrapy_retryqueue.crawl.frontier.LeasedScheduler",
     }
