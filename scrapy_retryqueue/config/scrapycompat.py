@@ -60,7 +60,7 @@ def own_policy_fields(settings: Any) -> dict[str, frozenset[str]]:
             try:
                 value = json.loads(value)
             except (ValueError, RecursionError):
-                continue  # config.py reports the bad value
+                continue  # retrying.py reports the bad value
         if not isinstance(value, Mapping):
             continue
         for kind, fields in value.items():
