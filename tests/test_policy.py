@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 import pytest
 from scrapy.settings import Settings
 
 from scrapy_retryqueue.config import load_config
 from scrapy_retryqueue.decision import kinds
+from scrapy_retryqueue.decision.backoff import PolicyFields
 from scrapy_retryqueue.decision.classify import FailureInfo
 from scrapy_retryqueue.decision.policy import Decision, Policy, PolicyTable
 from scrapy_retryqueue.exceptions import ConfigError
@@ -30,6 +32,13 @@ def _table(domain_policies=None, retry_after_max=3600.0) -> PolicyTable:
 
 def _failure(kind, retry_after=None) -> FailureInfo:
     return FailureInfo(kind=kind, error_type="X", message="m", retry_after=retry_after)
+
+
+def test_what_a_strategy_reads_of_a_policy_is_every_field_of_it():
+    # backoff.py spells these without importing policy.py: a field added to Policy
+    # and not there would be one a strategy cannot be typed to read.
+    offered = {name for name, value in vars(PolicyFields).items() if isinstance(value, property)}
+    assert offered == {field.name for field in fields(Policy)}
 
 
 # -- decide ---------------------------------------------------------------------

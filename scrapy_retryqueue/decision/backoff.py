@@ -1,9 +1,10 @@
-"""Backoff delays: the strategy interface, the default exponential one, Retry-After parsing.
+"""Backoff delays: the strategy interface and the default exponential strategy.
 
 Pure, no I/O. A strategy (RETRYQUEUE_BACKOFF) is any object with a
 ``delay(ctx)`` method; :class:`BackoffContext` is everything the decision
 knows. The policy module applies the bounds around what it returns
-(docs/backoff.md).
+(docs/backoff.md). What a strategy reads of a policy is :class:`PolicyFields`,
+so that this module needs nothing of :mod:`.policy`, which builds on it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,44 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..settings.defaults import BACKOFF_JITTER, BACKOFF_MULTIPLIER, JITTER_MODES
 
-if TYPE_CHECKING:
-    from .policy import Policy
+# Its home is .retryafter; strategies and projects have imported it from here.
+from .retryafter import parse_retry_after
+
+__all__ = [
+    "BackoffContext",
+    "BackoffStrategy",
+    "ExponentialBackoff",
+    "PolicyFields",
+    "compute_backoff",
+    "min_backoff",
+    "parse_retry_after",
+]
+
+
+class PolicyFields(Protocol):
+    """What a strategy reads of the policy resolved for one retry: its fields.
+
+    :class:`scrapy_retryqueue.decision.policy.Policy` is the one the decision
+    passes; a strategy that builds a changed policy (``dataclasses.replace``)
+    gets a Policy back.
+    """
+
+    @property
+    def retry(self) -> bool: ...
+    @property
+    def base_delay(self) -> float: ...
+    @property
+    def multiplier(self) -> float: ...
+    @property
+    def max_delay(self) -> float: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def jitter(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +60,8 @@ class BackoffContext:
     kind: str
     #: Retries of this kind so far: 0 for the first retry.
     attempt: int
-    #: The policy resolved for this kind, domain and request.
-    policy: Policy
+    #: The policy resolved for this kind, domain and request (a policy.Policy).
+    policy: PolicyFields
     #: The request's host name, None when it has none.
     domain: str | None
     #: Seconds the server asked to wait (Retry-After), before any cap; None when it did not.
@@ -115,27 +147,3 @@ def min_backoff(
         jitter=jitter,
         rand=lambda: 0.0,
     )
-
-
-def parse_retry_after(value: bytes | str | None, *, now: float) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date).
-
-    None when the header is absent or unreadable; a date in the past gives 0.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        value = value.decode("latin-1")
-    value = value.strip()
-    if not value:
-        return None
-    # isdigit() alone accepts "²" (latin-1 0xB2), which float() refuses.
-    if value.isascii() and value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - now)

@@ -13,7 +13,7 @@ from typing import Any
 from ..exceptions import ConfigError
 from ..settings.defaults import ERROR_MESSAGE_MAX
 from . import kinds
-from .backoff import parse_retry_after
+from .retryafter import parse_retry_after
 
 
 @dataclass(frozen=True, slots=True)
