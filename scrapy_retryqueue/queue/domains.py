@@ -9,7 +9,7 @@ fresh requests to it are parked as ``deferred``. Once the time has passed it
 is half-open: claim.lua lets one probe through; a success reopens the domain
 (domain_ok.lua), a failure extends the cooldown with backoff (domain_fail.lua).
 
-Like queue.py, blocking calls; the Scrapy glue runs them off the reactor thread.
+Like delayed.py, blocking calls; the Scrapy glue runs them off the reactor thread.
 """
 
 from __future__ import annotations

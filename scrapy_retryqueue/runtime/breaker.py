@@ -1,7 +1,7 @@
 """Per-domain cooldowns seen from one crawler: which domains cool, and how downloads went.
 
 It keeps what the last poll (or this node's own report) said of the cooling
-domains, and tells the shared circuit breaker in Redis (:mod:`..domains`) how
+domains, and tells the shared circuit breaker in Redis (:mod:`..queue.domains`) how
 each download of a domain went. Off (every method a no-op) unless
 RETRYQUEUE_DOMAIN_COOLDOWN is set.
 """

@@ -1,5 +1,5 @@
 """A number checked against its bounds: the one-line error that names the setting
-and shows the value (config.py reads the settings; pure code that is given such a
+and shows the value (the config package reads the settings; pure code that is given such a
 number, like LearnedBackoff, checks it the same way)."""
 
 from __future__ import annotations
