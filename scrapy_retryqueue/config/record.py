@@ -99,13 +99,13 @@ class Config:
     #: Said once at start as WARNING lines: RETRY_* values honoured differently
     #: (scrapycompat.py), RETRYQUEUE_* names that are no setting (a misspelling).
     notices: tuple[str, ...]
-    #: The learned recovery records (recovery.py): kept at all, their weights'
+    #: The learned recovery records (decision/recovery.py): kept at all, their weights'
     #: half-life (s), how many per spider, how often a learning strategy reads them (s).
     learned_stats: bool = True
     learned_half_life: float = defaults.LEARNED_HALF_LIFE
     learned_max_records: int = defaults.LEARNED_MAX_RECORDS
     learned_refresh: float = defaults.LEARNED_REFRESH
-    #: The retry budget per domain (retrybudget.py): the share of a domain's fresh
+    #: The retry budget per domain (decision/retrybudget.py): the share of a domain's fresh
     #: requests its retries may be (0: off), the floor (retries/s), the window (s).
     retry_budget: float = defaults.RETRY_BUDGET
     retry_budget_floor: float = defaults.RETRY_BUDGET_FLOOR

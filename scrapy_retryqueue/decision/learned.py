@@ -1,4 +1,4 @@
-"""LearnedBackoff: a retry timed by the recovery times the fleet has seen (recovery.py).
+"""LearnedBackoff: a retry timed by the recovery times the fleet has seen (decision/recovery.py).
 
 Pure, no I/O: the runtime reads the records in its poll and hands them to
 :meth:`LearnedBackoff.learned`; :meth:`~LearnedBackoff.delay` only looks at
@@ -49,7 +49,7 @@ class LearnedBackoff:
         min_outages: float = LEARNED_MIN_OUTAGES,
         fallback: BackoffStrategy | None = None,
     ) -> None:
-        # Checked as config.py checks the settings (learned_backoff_settings): the
+        # Checked as config/thresholds.py checks the settings (learned_backoff_settings): the
         # same bounds and error line when the strategy is built in code.
         for name, value in (
             ("RETRYQUEUE_LEARNED_SKIP_BELOW", skip_below),

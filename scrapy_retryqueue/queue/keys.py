@@ -81,10 +81,10 @@ class Keys:
     frontier_quarantine: str
     #: STRING counter: the push order of the FIFO frontier
     frontier_seq: str
-    #: HASH "<kind> <domain>" -> learned recovery record (recovery.py): how long
+    #: HASH "<kind> <domain>" -> learned recovery record (decision/recovery.py): how long
     #: the domain's outages of that kind lasted, as weighted survival bins
     recovery: str
-    #: HASH domain -> retry budget record (retrybudget.py): the fresh requests and
+    #: HASH domain -> retry budget record (decision/retrybudget.py): the fresh requests and
     #: the retries of the domain, per slice of the budget's window
     budget: str
     #: The project's namespace; "" for the layout from before namespaces.

@@ -29,7 +29,7 @@ def task_ref(task: Task, token: str) -> TaskRef:
         "attempts": dict(task.attempts),
         "first_error": task.first_error,
         "created": task.created,
-        # The previous failure: how long the outage had lasted then (recovery.py).
+        # The previous failure: how long the outage had lasted then (decision/recovery.py).
         "updated": task.updated,
         "due": task.due,
         "url": task.url,
@@ -80,7 +80,7 @@ def settle(ref: TaskRef) -> None:
 
 
 def ref_learning(ref: TaskRef) -> tuple[str, int | None]:
-    """What the ref's next outcome teaches the recovery records (recovery.py): the kind
+    """What the ref's next outcome teaches the recovery records (decision/recovery.py): the kind
     of the task's first failure (its outage's kind) and the ms from that failure to the
     previous one (None when not known: the outage counts from bin 0)."""
     first = ref.get("first_error")

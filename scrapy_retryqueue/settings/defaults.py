@@ -44,7 +44,7 @@ POLICY_FIELDS: dict[str, Any] = {
 
 # -- tuning constants and defaults that function parameters share -------------
 
-#: The learned recovery times (recovery.py): bins of outage duration, each half
+#: The learned recovery times (decision/recovery.py): bins of outage duration, each half
 #: an octave wide above RECOVERY_FIRST_EDGE seconds (bin 0 is [0, first edge)).
 RECOVERY_BINS = 36
 RECOVERY_FIRST_EDGE = 0.5
@@ -81,7 +81,7 @@ RETRY_BUDGET = 0.0
 RETRY_BUDGET_FLOOR = 1.0
 #: RETRYQUEUE_RETRY_BUDGET_WINDOW: seconds over which retries and requests are counted.
 RETRY_BUDGET_WINDOW = 10.0
-#: Slices the budget's window is cut into (retrybudget.py): its resolution.
+#: Slices the budget's window is cut into (decision/retrybudget.py): its resolution.
 BUDGET_SLICES = 10
 #: Longest budget record the claim script and the reader accept, characters.
 BUDGET_RECORD_MAX = 512
@@ -165,7 +165,7 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_SPOOL_MEMORY": 10_000,
     #: Writes the local spool holds at most; past it a failure goes to its errback.
     "RETRYQUEUE_SPOOL_MAX": 1_000_000,
-    #: The project's own failure kinds: name -> policy fields and traits (kinds.py).
+    #: The project's own failure kinds: name -> policy fields and traits (decision/kinds.py).
     "RETRYQUEUE_KINDS": {},
     #: Kind -> policy fields, merged over POLICIES field by field.
     "RETRYQUEUE_POLICIES": {},

@@ -221,7 +221,7 @@ def task_events(
 
 @dataclass(frozen=True, slots=True)
 class RecoveryHash:
-    """One spider's learned recovery records as stored (recovery.py), unread."""
+    """One spider's learned recovery records as stored (decision/recovery.py), unread."""
 
     #: Field -> value, as Redis returned them (bytes or text).
     fields: dict[Any, Any]
