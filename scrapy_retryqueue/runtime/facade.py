@@ -52,6 +52,7 @@ from .pollfacade import PollFacade
 from .preflight import preflight
 from .reporting import Reporter
 from .retrybudget import RequestCounts
+from .retryhook import build_hook
 from .startup import mark_logged
 from .taskref import TaskRef
 from .writes import WritePath
@@ -159,7 +160,7 @@ class RetryQueueRuntime(LifecycleFacade, AttemptFacade, PollFacade, FrontierFaca
         self._registered = 0
         self._closing = False
         try:
-            hook = self._build_hook(self.config.retry_hook)
+            hook = build_hook(self.config.retry_hook, crawler)
         except ConfigError as exc:
             logger.error("scrapy-retryqueue: %s", exc)
             raise mark_logged(exc) from None
@@ -186,27 +187,6 @@ class RetryQueueRuntime(LifecycleFacade, AttemptFacade, PollFacade, FrontierFaca
         #: Tasks left in Redis (due or leased) as close() read them after its last
         #: write; None when it could not (Redis down): the last poll's count stands.
         self.pending_at_close: int | None = None
-
-    def _build_hook(self, hook: Any) -> Callable[..., Any] | None:
-        """The retry hook to call: a class is instantiated (from_crawler when it has one)."""
-        if hook is None or not isinstance(hook, type):
-            return hook
-        from scrapy.utils.misc import build_from_crawler
-
-        try:
-            instance = build_from_crawler(hook, self.crawler)
-        except Exception as exc:
-            raise ConfigError(
-                f"RETRYQUEUE_RETRY_HOOK {hook.__module__}.{hook.__qualname__} could not be "
-                f"built: {type(exc).__name__}: {exc}"
-            ) from None
-        if not callable(instance):
-            raise ConfigError(
-                f"RETRYQUEUE_RETRY_HOOK {hook.__module__}.{hook.__qualname__} builds an object "
-                "that is not callable "
-                f"(it needs a __call__(request, decision) method)"
-            )
-        return instance
 
     def fingerprint(self, request: Request) -> str:
         return self.crawler.request_fingerprinter.fingerprint(request).hex()

@@ -18,12 +18,13 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from ..decision import kinds
 from ..decision.classify import FailureInfo
-from ..decision.policy import Decision, Policy, checked_delay
+from ..decision.policy import Decision, Policy
 from ..exceptions import ConfigError, EnvelopeError
 from ..queue.envelope import Task, request_to_json
 from ..queue.taskinfo import host_word
 from ..settings import defaults
 from ..values import now_ms
+from .retryhook import ask_hook
 from .taskref import TaskRef, ref_of
 
 if TYPE_CHECKING:
@@ -397,56 +398,14 @@ class Planner:
         notes: list[Note],
     ) -> tuple[Request, Decision]:
         """Ask RETRYQUEUE_RETRY_HOOK about a retry: keep, replace, veto or re-time it."""
-        from scrapy import Request as ScrapyRequest
-
         assert self.retry_hook is not None
-        delay: float | None = None
-        try:
-            result = self.retry_hook(request, decision)
-            if isinstance(result, (int, float)) and not isinstance(result, bool):
-                # Bounded as the strategy's delay is; a cooldown probe (its
-                # policy does not retry) at most by the wait it was given.
-                retried = policy is not None and policy.retry
-                ceiling = policy.max_delay if retried and policy else decision.delay
-                try:
-                    delay = checked_delay(result, max_delay=ceiling)
-                except ValueError as exc:
-                    raise TypeError(f"it returned {result!r}: {exc}") from None
-                if retried and policy is not None:
-                    delay = self.config.policy_table.bounded(delay, policy, failure.retry_after)
-            elif (
-                result is not None and result is not False and not isinstance(result, ScrapyRequest)
-            ):
-                raise TypeError(
-                    f"it returned {result!r}; expected None, False, a scrapy.Request "
-                    "or a delay in seconds"
-                )
-        except Exception as exc:
-            # A broken hook must not lose the request: the retry goes ahead as decided.
-            notes.append(
-                Note(
-                    "retryqueue/hook/error",
-                    f"RETRYQUEUE_RETRY_HOOK failed for {request.url} "
-                    f"({type(exc).__name__}: {exc}); retrying it unchanged",
-                )
-            )
-            return request, decision
-        if delay is not None:
-            notes.append(Note("retryqueue/hook/delayed"))
-            return request, replace(decision, delay=delay)
-        if result is None:
-            return request, decision
-        if result is False:
-            notes.append(Note("retryqueue/hook/vetoed"))
-            return request, Decision(
-                kinds.VETOED,
-                False,
-                0.0,
-                decision.attempt - 1,
-                f"{decision.kind}: retry vetoed by RETRYQUEUE_RETRY_HOOK",
-            )
-        notes.append(Note("retryqueue/hook/replaced"))
-        return result, decision
+        table = self.config.policy_table
+        request, decision, said = ask_hook(
+            self.retry_hook, request, decision, failure, policy, table
+        )
+        if said is not None:
+            notes.append(Note(*said))
+        return request, decision
 
 
 def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:
