@@ -61,6 +61,10 @@ class Parking:
     #: (kept, spooled, or refused because another copy of the request is a live
     #: task), so the glue passes the failure on without waiting for Redis.
     final: bool = False
+    #: A failure the callback raised on purpose (RetryLater of a kind the crawl
+    #: knows, PermanentFailure): the reporter tells it as its kind in one line, so
+    #: the glue ends the exception there (no spider error, no traceback).
+    asked: bool = False
 
     def parked(self) -> RequestParked:
         """The exception that takes the request out of the crawl until it is due."""
@@ -86,11 +90,21 @@ class AttemptFacade:
     # -- failures --------------------------------------------------------------------------
 
     def park(
-        self, request: Request, failure: FailureInfo, *, task_id: str | None = None
+        self,
+        request: Request,
+        failure: FailureInfo,
+        *,
+        task_id: str | None = None,
+        asked: bool = False,
     ) -> Parking:
-        """Plan a failed attempt and write it: a retry parked for later, or a dead letter."""
+        """Plan a failed attempt and write it: a retry parked for later, or a dead letter.
+
+        *asked*: a callback raised it on purpose (RetryLater, PermanentFailure);
+        :attr:`Parking.asked` says whether it is told as such (its kind is known).
+        """
         self._take_lease_back(request)
-        parking = self._carry_out(self.planner.plan(request, failure, task_id=task_id))
+        plan = self.planner.plan(request, failure, task_id=task_id, asked=asked)
+        parking = self._carry_out(plan)
         self._frontier_waits_for(request, parking)
         return parking
 
@@ -192,6 +206,7 @@ class AttemptFacade:
             decision.attempt,
             d,
             final=not decision.retry and write.token is None,
+            asked=plan.asked,
         )
 
     # -- successes and hand-backs --------------------------------------------------------------

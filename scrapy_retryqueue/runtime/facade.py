@@ -247,10 +247,11 @@ class RetryQueueRuntime(LifecycleFacade, AttemptFacade, PollFacade, FrontierFaca
         self.reporter.summary()
 
     def callback_error(
-        self, exception: BaseException, response: Any, *, first: bool, due_in: float
+        self, exception: BaseException, response: Any, *, first: bool, due_in: float, kind: str
     ) -> None:
-        """A callback's exception parked for a retry: counted, signalled, logged as Scrapy does."""
-        self.reporter.callback_error(exception, response, first=first, due_in=due_in)
+        """A callback's exception parked for a retry as *kind*: counted, signalled, logged
+        as Scrapy does (not a RetryLater nor a PermanentFailure: Parking.asked)."""
+        self.reporter.callback_error(exception, response, first=first, due_in=due_in, kind=kind)
 
     # -- domains ---------------------------------------------------------------------------
 

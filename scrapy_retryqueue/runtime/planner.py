@@ -59,6 +59,9 @@ class Plan:
     #: The host of the task's URL (taskinfo.host_of), from the request's parse
     #: that Scrapy's downloader cached; None: parse the URL again.
     host: str | None = None
+    #: The project raised the failure on purpose from a callback (RetryLater of a
+    #: kind the crawl knows, PermanentFailure): told as its kind, not as an error.
+    asked: bool = False
 
     @property
     def token(self) -> str | None:
@@ -103,12 +106,16 @@ class Planner:
         *,
         decision: Decision | None = None,
         task_id: str | None = None,
+        asked: bool = False,
     ) -> Plan:
         """Decide what to do with a failed attempt of *request*.
 
         *decision*, when given, is taken as it is (a ``deferred`` request):
         neither the policy nor the retry hook is asked. *task_id* names a new
-        task other than the request's fingerprint (an item replay).
+        task other than the request's fingerprint (an item replay). *asked*: a
+        callback raised the failure on purpose (RetryLater, PermanentFailure);
+        the plan is marked so unless its kind is unknown, which is a bug of the
+        spider and is told as one.
         """
         now = now_ms()
         notes: list[Note] = []
@@ -129,6 +136,9 @@ class Planner:
         # The queue's own kinds are not a project's to raise (RetryLater("poison")).
         if decision is None and (known is None or known.internal):
             failure, decision = self._undeclared(failure, attempts, notes)
+            asked = False
+        elif asked:
+            notes.append(Note(f"retryqueue/raised/{failure.kind}"))
         if decision is not None:
             if decision.retry:
                 decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
@@ -190,7 +200,9 @@ class Planner:
             dead_kind=None if decision.retry else decision.kind,
             max_retries=self._budget(request, decision.kind, resolved),
         )
-        return Plan(decision, failure, task, ref, now, request, notes, exhausted, _host(request))
+        return Plan(
+            decision, failure, task, ref, now, request, notes, exhausted, _host(request), asked
+        )
 
     def plan_deferred(self, request: Request, until: int) -> Plan:
         """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""

@@ -160,7 +160,9 @@ class Reporter(PollReports, CallbackReports):
             self._scheduled(decision.kind)
             if decision.kind != DEFERRED:  # a deferral is no retry of the request
                 self._scrapy_retry(plan.failure)
-            if _kept(logging.DEBUG):
+            if plan.asked:
+                self.asked(plan, outcome)
+            elif _kept(logging.DEBUG):
                 logger.debug(
                     "scrapy-retryqueue: parked %s (%s), due in %.1fs",
                     url,
@@ -171,7 +173,13 @@ class Reporter(PollReports, CallbackReports):
             self._dead(decision.kind)
             if plan.exhausted:
                 self.count("retry/max_reached")
-            self._dead_line(decision.kind, plan.request, url, decision.reason)
+            reason = decision.reason
+            if plan.asked and plan.failure.message:
+                # The one line a PermanentFailure gets: its message is the why.
+                reason = f"{reason}; {plan.failure.message}"
+            self._dead_line(decision.kind, plan.request, url, reason)
+        elif outcome is Outcome.SPOOLED and plan.asked and decision.retry:
+            self.asked(plan, outcome)
         elif outcome is Outcome.SPOOLED:
             logger.debug("scrapy-retryqueue: %s spooled while Redis is down", url)
         elif outcome in (Outcome.DUPLICATE, Outcome.STALE):
