@@ -456,8 +456,9 @@ def test_permanent_failure_in_a_callback_is_a_rule_dead_letter(
 ) -> None:
     running = open_components()
     request = Request(PAGE, callback=running.spider.parse)
-    # Not swallowed: Scrapy goes on to log the callback's exception as usual.
-    assert running.callback_error(request, PermanentFailure("out of scope")) is None
+    # Raised on purpose: told by its dead letter's line, not as a spider error
+    # (tests/test_retry_later.py).
+    assert running.callback_error(request, PermanentFailure("out of scope")) == []
     running.wait_stat("retryqueue/dead/rule", 1)
     keys = keys_for(spider_name)
     (task_id,) = redis_client.zrange(keys.dead, 0, -1)

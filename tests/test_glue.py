@@ -154,6 +154,19 @@ def test_permanent_failure_in_a_callback_is_a_rule_dead_letter(glue: dict[str, A
     assert entry["error"]["message"] == "this page is out of scope"
 
 
+def test_permanent_failure_is_its_dead_letter_line_not_a_spider_error(
+    glue: dict[str, Any],
+) -> None:
+    log, stats = glue["log"], glue["stats"]
+    assert "(rule: not retried by policy; this page is out of scope)" in log
+    # Raised on purpose: no traceback of it, no spider_exceptions stat.
+    assert "exceptions.PermanentFailure" not in log
+    assert "spider_exceptions/PermanentFailure" not in stats
+    # A genuine parse error keeps Scrapy's report: its traceback, its stat.
+    assert stats["spider_exceptions/ValueError"] == 1
+    assert "Traceback" in log and "parked for a retry (parse) due in" in log
+
+
 def test_a_parse_error_is_retried_and_parsed_later(glue: dict[str, Any]) -> None:
     assert events(glue, "parse") == ["parse_error", "parsed"]
     assert glue["stats"]["retryqueue/scheduled/parse"] == 1

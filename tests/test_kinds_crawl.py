@@ -5,8 +5,10 @@ served here, which records when each of its URLs was fetched, and the real
 Redis: (a) a kind ``captcha`` the project declares, met by a callback's
 ``RetryLater("captcha")`` and by a status mapped to it, retried by its policy,
 counted under its name, and its dead letter exported with
-``scrapy deadletters export --kind captcha``; (b) a RETRYQUEUE_BACKOFF class
-that returns 0.7 s sets the gap between two fetches of a failing URL.
+``scrapy deadletters export --kind captcha``; (b) that RetryLater told as its
+kind in one line, never as a spider error, and the items a generator callback
+yielded before it raised kept; (c) a RETRYQUEUE_BACKOFF class that returns
+0.7 s sets the gap between two fetches of a failing URL.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ KINDS = {"captcha": CAPTCHA_POLICY}
 
 
 def answer(path: str, query: dict[str, list[str]], times: list[float]) -> tuple[int, bytes]:
-    """``/captcha/NAME?times=N`` is a captcha page N times, then a page;
-    ``/status/NAME?times=N&code=C`` answers C N times, then 200."""
+    """``/captcha/NAME?times=N`` (or ``/midway/NAME``) is a captcha page N times, then a
+    page; ``/status/NAME?times=N&code=C`` answers C N times, then 200."""
     failing = len(times) <= int(query.get("times", ["0"])[0])
-    if failing and path.startswith("/captcha/"):
+    if failing and path.startswith(("/captcha/", "/midway/")):
         return 200, CAPTCHA_PAGE
     if failing and path.startswith("/status/"):
         return int(query["code"][0]), b"<html>no</html>"
@@ -90,6 +92,12 @@ def test_a_declared_kind_is_retried_by_its_policy_counted_and_exported(
     assert "retryqueue/scheduled/parse" not in stats
     assert "retryqueue/undeclared_kind" not in stats
     assert "captcha" in crawl["log"]  # the end-of-crawl table of retries by kind
+    # Given up, too, it is the project's signal: its dead letter's line, no traceback.
+    assert "Traceback" not in crawl["log"] and crawl["spider_errors"] == []
+    assert (
+        f"dead letter {urls[2]} (captcha: gave up after 3 retries; the site served"
+        in (crawl["log"])
+    )
 
     cli = {
         "RETRYQUEUE_DATABASE_URL": database,
@@ -107,6 +115,38 @@ def test_a_declared_kind_is_retried_by_its_policy_counted_and_exported(
         *args, "--kind", "captcha", cwd=tmp_path, settings={**cli, "RETRYQUEUE_KINDS": "{}"}
     )
     assert refused.code != 0 and "--kind 'captcha' is not a kind" in refused.err
+
+
+def test_retry_later_is_told_as_its_kind_not_as_a_spider_error(
+    site: Site, spider: str, redis_url: str, tmp_path: Path
+) -> None:
+    settings = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_STORE_ENABLED": False,
+        "RETRYQUEUE_POLL_INTERVAL": 0.1,
+        "RETRYQUEUE_KINDS": KINDS,
+    }
+    urls = [f"{site.url}/captcha/once?times=1", f"{site.url}/midway/once?times=1"]
+    crawl = run_crawl(spider, urls, settings, tmp_path)
+
+    # Recovered on the retry.
+    assert sorted(crawl["parsed"]) == sorted(urls)
+    stats = crawl["stats"]
+    assert stats["retryqueue/recovered/captcha"] == 2
+    assert stats["retryqueue/raised/captcha"] == 2
+    # No spider error: no traceback, no spider_error signal, no spider_exceptions/*.
+    log = crawl["log"]
+    assert "Traceback" not in log
+    assert crawl["spider_errors"] == []
+    assert not [name for name in stats if name.startswith("spider_exceptions/")]
+    # One INFO line each, naming the kind, the URL and when it comes back.
+    lines = [line for line in log.splitlines() if "asked for a retry later" in line]
+    assert len(lines) == 2, lines
+    for url in urls:
+        [line] = [line for line in lines if f"the callback of {url} asked" in line]
+        assert " INFO: " in line and "; captcha: retry 1 of 3, due in 0.3s" in line, line
+    # What the generator yielded before it raised went on; on the retry, all of it.
+    assert [item["part"] for item in crawl["items"]] == ["before", "before", "after"]
 
 
 def test_a_backoff_class_of_the_project_sets_the_gap_between_attempts(

@@ -3,8 +3,14 @@
 A parse failure that will be retried is swallowed (the callback runs again on
 the re-fetched page later), but still counted in ``spider_exceptions/*`` and
 logged once per request with its traceback; one that is given up propagates,
-so Scrapy logs it as usual. ``PermanentFailure`` is dead-lettered at once with kind
-``rule``; ``RetryLater(kind)`` is a failure of that kind, which its policy decides.
+so Scrapy logs it as usual.
+
+``RetryLater(kind)`` and ``PermanentFailure`` (kind ``rule``) are the project's
+own signals, not errors: parked or dead-lettered as their kind, whatever comes
+of them they end here, told in the add-on's own line (no traceback, no
+``spider_error``, no ``spider_exceptions/*``). Items the callback yielded before
+it raised have gone on already. A ``RetryLater`` of a kind the crawl does not
+know is a bug of the spider: dead-lettered as ``unknown``, and Scrapy reports it.
 """
 
 from __future__ import annotations
@@ -43,16 +49,21 @@ class RetryQueueSpiderMiddleware:
             return None
         if request.meta.get("dont_retry", False):
             return None
+        asked = isinstance(exception, (RetryLater, PermanentFailure))
         if isinstance(exception, RetryLater):
             kind = exception.kind
         elif isinstance(exception, PermanentFailure):
             kind = kinds.RULE
         else:
             kind = kinds.PARSE
-        parking = self.runtime.park(request, failure_for_kind(kind, exception))
+        parking = self.runtime.park(request, failure_for_kind(kind, exception), asked=asked)
+        if parking.asked:
+            # An iterable ends the exception here: Scrapy's scraper neither logs it
+            # nor sends spider_error; the reporter tells it when its write lands.
+            return []
         if not parking.retry:
             return None  # given up: Scrapy logs it, with its traceback, and counts it
         self.runtime.callback_error(
-            exception, response, first=parking.attempt == 1, due_in=parking.delay
+            exception, response, first=parking.attempt == 1, due_in=parking.delay, kind=kind
         )
         return []

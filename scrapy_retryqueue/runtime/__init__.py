@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..queue.connection import is_outage
     from ..queue.delayed import Claimed
-    from .facade import Parking, RetryQueueRuntime, preflight, runtime_for, runtime_if_any
+    from .attemptfacade import Parking
+    from .facade import RetryQueueRuntime, runtime_for, runtime_if_any
     from .leases import PollResult
     from .outcome import Outcome
+    from .preflight import preflight
     from .shutdown import ShutdownTrigger
     from .startup import mark_logged, stop_at_start
     from .writable import file_problem
@@ -24,14 +26,14 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Claimed": "..queue.delayed",
     "Outcome": ".outcome",
-    "Parking": ".facade",
+    "Parking": ".attemptfacade",
     "PollResult": ".leases",
     "RetryQueueRuntime": ".facade",
     "ShutdownTrigger": ".shutdown",
     "file_problem": ".writable",
     "is_outage": "..queue.connection",
     "mark_logged": ".startup",
-    "preflight": ".facade",
+    "preflight": ".preflight",
     "runtime_for": ".facade",
     "runtime_if_any": ".facade",
     "stop_at_start": ".startup",

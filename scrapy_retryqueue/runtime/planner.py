@@ -18,12 +18,13 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from ..decision import kinds
 from ..decision.classify import FailureInfo
-from ..decision.policy import Decision, Policy, checked_delay
+from ..decision.policy import Decision, Policy
 from ..exceptions import ConfigError, EnvelopeError
 from ..queue.envelope import Task, request_to_json
 from ..queue.taskinfo import host_word
 from ..settings import defaults
 from ..values import now_ms
+from .retryhook import ask_hook
 from .taskref import TaskRef, ref_of
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class Plan:
     #: The host of the task's URL (taskinfo.host_of), from the request's parse
     #: that Scrapy's downloader cached; None: parse the URL again.
     host: str | None = None
+    #: The project raised the failure on purpose from a callback (RetryLater of a
+    #: kind the crawl knows, PermanentFailure): told as its kind, not as an error.
+    asked: bool = False
 
     @property
     def token(self) -> str | None:
@@ -102,12 +106,16 @@ class Planner:
         *,
         decision: Decision | None = None,
         task_id: str | None = None,
+        asked: bool = False,
     ) -> Plan:
         """Decide what to do with a failed attempt of *request*.
 
         *decision*, when given, is taken as it is (a ``deferred`` request):
         neither the policy nor the retry hook is asked. *task_id* names a new
-        task other than the request's fingerprint (an item replay).
+        task other than the request's fingerprint (an item replay). *asked*: a
+        callback raised the failure on purpose (RetryLater, PermanentFailure);
+        the plan is marked so unless its kind is unknown, which is a bug of the
+        spider and is told as one.
         """
         now = now_ms()
         notes: list[Note] = []
@@ -128,6 +136,9 @@ class Planner:
         # The queue's own kinds are not a project's to raise (RetryLater("poison")).
         if decision is None and (known is None or known.internal):
             failure, decision = self._undeclared(failure, attempts, notes)
+            asked = False
+        elif asked:
+            notes.append(Note(f"retryqueue/raised/{failure.kind}"))
         if decision is not None:
             if decision.retry:
                 decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
@@ -189,7 +200,9 @@ class Planner:
             dead_kind=None if decision.retry else decision.kind,
             max_retries=self._budget(request, decision.kind, resolved),
         )
-        return Plan(decision, failure, task, ref, now, request, notes, exhausted, _host(request))
+        return Plan(
+            decision, failure, task, ref, now, request, notes, exhausted, _host(request), asked
+        )
 
     def plan_deferred(self, request: Request, until: int) -> Plan:
         """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""
@@ -397,56 +410,14 @@ class Planner:
         notes: list[Note],
     ) -> tuple[Request, Decision]:
         """Ask RETRYQUEUE_RETRY_HOOK about a retry: keep, replace, veto or re-time it."""
-        from scrapy import Request as ScrapyRequest
-
         assert self.retry_hook is not None
-        delay: float | None = None
-        try:
-            result = self.retry_hook(request, decision)
-            if isinstance(result, (int, float)) and not isinstance(result, bool):
-                # Bounded as the strategy's delay is; a cooldown probe (its
-                # policy does not retry) at most by the wait it was given.
-                retried = policy is not None and policy.retry
-                ceiling = policy.max_delay if retried and policy else decision.delay
-                try:
-                    delay = checked_delay(result, max_delay=ceiling)
-                except ValueError as exc:
-                    raise TypeError(f"it returned {result!r}: {exc}") from None
-                if retried and policy is not None:
-                    delay = self.config.policy_table.bounded(delay, policy, failure.retry_after)
-            elif (
-                result is not None and result is not False and not isinstance(result, ScrapyRequest)
-            ):
-                raise TypeError(
-                    f"it returned {result!r}; expected None, False, a scrapy.Request "
-                    "or a delay in seconds"
-                )
-        except Exception as exc:
-            # A broken hook must not lose the request: the retry goes ahead as decided.
-            notes.append(
-                Note(
-                    "retryqueue/hook/error",
-                    f"RETRYQUEUE_RETRY_HOOK failed for {request.url} "
-                    f"({type(exc).__name__}: {exc}); retrying it unchanged",
-                )
-            )
-            return request, decision
-        if delay is not None:
-            notes.append(Note("retryqueue/hook/delayed"))
-            return request, replace(decision, delay=delay)
-        if result is None:
-            return request, decision
-        if result is False:
-            notes.append(Note("retryqueue/hook/vetoed"))
-            return request, Decision(
-                kinds.VETOED,
-                False,
-                0.0,
-                decision.attempt - 1,
-                f"{decision.kind}: retry vetoed by RETRYQUEUE_RETRY_HOOK",
-            )
-        notes.append(Note("retryqueue/hook/replaced"))
-        return result, decision
+        table = self.config.policy_table
+        request, decision, said = ask_hook(
+            self.retry_hook, request, decision, failure, policy, table
+        )
+        if said is not None:
+            notes.append(Note(*said))
+        return request, decision
 
 
 def retries_so_far(attempts: Mapping[str, int], meta: Mapping[str, Any]) -> int:

@@ -1,7 +1,10 @@
 """What the crawl tells people about its retries: stats, log lines, the audit log, signals.
 
 The one place that knows what a parked retry, a recovery and a dead letter
-mean for each of those surfaces; everything else reports through it.
+mean for each of those surfaces; everything else reports through it. Two bases
+of :class:`Reporter` hold what is told of other things: :mod:`.pollreports`
+(what a poll or a claimed task found) and :mod:`.callbackreports` (a parked
+callback error, in Scrapy's words).
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import signals as rq_signals
-from ..decision.kinds import DEFERRED, MALFORMED
-from ..secure.redact import MASK
+from ..decision.kinds import DEFERRED
 from ..settings.defaults import SCRAPY_META_GIVE_UP_LOG_LEVEL
 from ..values import now_ms
 from .audit import AuditLog
+from .callbackreports import CallbackReports
 from .outcome import Outcome
+from .pollreports import PollReports, _SaidOnce
 from .taskref import ref_created, ref_host
 
 if TYPE_CHECKING:
@@ -27,7 +31,6 @@ if TYPE_CHECKING:
 
     from ..config import Config
     from ..decision.classify import FailureInfo
-    from ..queue.delayed import Claimed
     from ..queue.domains import DomainChange
     from .planner import Note, Plan
     from .taskref import TaskRef
@@ -70,30 +73,11 @@ _SAY_ONCE = frozenset(
 )
 #: Distinct lines one of those stats logs in a crawl, at most.
 _SAY_ONCE_MAX = 5
-#: Distinct names of unreadable entries (records, item classes) said in a crawl, at most.
-_NAMES_SAID_MAX = 100
 
 
-class _SaidOnce:
-    """Names of unreadable entries said in the log, once each and at most
-    _NAMES_SAID_MAX of them: a hostile writer's endless new names must fill
-    neither the log nor memory."""
+class Reporter(PollReports, CallbackReports):
+    """One per crawler: the runtime and its parts tell people everything through it."""
 
-    __slots__ = ("_said",)
-
-    def __init__(self) -> None:
-        self._said: set[str] = set()
-
-    def new(self, names: Iterable[str]) -> list[str]:
-        """The *names* not said yet, from now on said; none once the bound is reached."""
-        if len(self._said) >= _NAMES_SAID_MAX:
-            return []
-        fresh = [name for name in dict.fromkeys(names) if name not in self._said]
-        self._said.update(fresh)
-        return fresh
-
-
-class Reporter:
     def __init__(self, crawler: Crawler, config: Config) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
@@ -176,7 +160,9 @@ class Reporter:
             self._scheduled(decision.kind)
             if decision.kind != DEFERRED:  # a deferral is no retry of the request
                 self._scrapy_retry(plan.failure)
-            if _kept(logging.DEBUG):
+            if plan.asked:
+                self.asked(plan, outcome)
+            elif _kept(logging.DEBUG):
                 logger.debug(
                     "scrapy-retryqueue: parked %s (%s), due in %.1fs",
                     url,
@@ -187,7 +173,13 @@ class Reporter:
             self._dead(decision.kind)
             if plan.exhausted:
                 self.count("retry/max_reached")
-            self._dead_line(decision.kind, plan.request, url, decision.reason)
+            reason = decision.reason
+            if plan.asked and plan.failure.message:
+                # The one line a PermanentFailure gets: its message is the why.
+                reason = f"{reason}; {plan.failure.message}"
+            self._dead_line(decision.kind, plan.request, url, reason)
+        elif outcome is Outcome.SPOOLED and plan.asked and decision.retry:
+            self.asked(plan, outcome)
         elif outcome is Outcome.SPOOLED:
             logger.debug("scrapy-retryqueue: %s spooled while Redis is down", url)
         elif outcome in (Outcome.DUPLICATE, Outcome.STALE):
@@ -234,103 +226,6 @@ class Reporter:
                 )
         return outcome
 
-    def item_class_unknown(self, path: object) -> None:
-        """An item replay named a class the crawl may not build: counted, said once per name."""
-        self.count("retryqueue/item_replay/class_unknown")
-        shown = ascii(path)[:200]
-        if not self._classes_said.new([shown]):
-            return
-        logger.warning(
-            "scrapy-retryqueue: item replay names class %s, which is no item class loaded "
-            "in this crawl; the item goes to the pipelines as a dict",
-            shown,
-        )
-
-    def malformed_records(self, fields: list[str]) -> None:
-        """Learned recovery records that do not read (recovery.py): ignored; one WARNING
-        line per field, once per crawl (a bounded number of them)."""
-        self.count("retryqueue/learned/malformed", len(fields))
-        new = self._records_said.new(fields)
-        if not new:
-            return
-        logger.warning(
-            "scrapy-retryqueue: %d learned recovery record(s) are malformed and ignored: %s",
-            len(new),
-            ", ".join(ascii(f)[:80] for f in new[:5]) + (" ..." if len(new) > 5 else ""),
-        )
-
-    def budget(self, claimed: Claimed) -> None:
-        """What the retry budget did in one claim: the retries it deferred, counted, and
-        said in one INFO line per budget window at most (the domains summed since the
-        last line); records it found malformed (started over), one WARNING line each."""
-        if claimed.budget_malformed:
-            self.count("retryqueue/budget/malformed", len(claimed.budget_malformed))
-            new = self._budgets_said.new(claimed.budget_malformed)
-            if new:
-                logger.warning(
-                    "scrapy-retryqueue: %d retry budget record(s) were malformed and are "
-                    "started over: %s",
-                    len(new),
-                    ", ".join(ascii(d)[:80] for d in new[:5]) + (" ..." if len(new) > 5 else ""),
-                )
-        deferred = claimed.budget_deferred
-        if deferred:
-            self.count("retryqueue/budget/deferred", sum(deferred.values()))
-            for domain, n in deferred.items():
-                self._budget_deferred[domain] = self._budget_deferred.get(domain, 0) + n
-        now = time.monotonic()
-        if self._budget_deferred and now - self._budget_said >= self.config.retry_budget_window:
-            self._say_budget(now)
-
-    def _say_budget(self, now: float) -> None:
-        """The INFO line of the deferrals summed since the last one."""
-        held = sorted(self._budget_deferred.items(), key=lambda kv: (-kv[1], kv[0]))
-        self._budget_deferred, self._budget_said = {}, now
-        logger.info(
-            "scrapy-retryqueue: the retry budget deferred due retries %d times, of %d "
-            "domain(s) (%s): their retries are at RETRYQUEUE_RETRY_BUDGET=%g of their "
-            "requests + %g/s",
-            sum(n for _, n in held),
-            len(held),
-            ", ".join(f"{d} {n}" for d, n in held[:5]) + (" ..." if len(held) > 5 else ""),
-            self.config.retry_budget,
-            self.config.retry_budget_floor,
-        )
-
-    def dead_without_request(self, kind: str, task_ids: list[str], reason: str) -> None:
-        """Tasks a poll dead-lettered (poison, malformed): no request to show."""
-        if not task_ids:
-            return
-        self._dead(kind, len(task_ids))
-        for task_id in task_ids:
-            self.send(
-                rq_signals.retryqueue_dead,
-                request=None,
-                task_id=task_id,
-                kind=kind,
-                reason=reason,
-                decision=None,
-                outcome=str(Outcome.DEAD),
-            )
-
-    def ghosts(self, claimed: Claimed) -> None:
-        """Due ids the claim found without an envelope: one ERROR line, a stat, dead letters."""
-        ghosts, kept = claimed.ghosts, claimed.ghosts_kept
-        if not (ghosts or kept):
-            return
-        self.count("retryqueue/ghosts", len(ghosts) + len(kept))
-        shown = ", ".join(map(ascii, [*ghosts, *kept][:5]))
-        logger.error(
-            "scrapy-retryqueue: %d task id(s) in the due set had no envelope (%s%s); %s",
-            len(ghosts) + len(kept),
-            shown,
-            ", ..." if len(ghosts) + len(kept) > 5 else "",
-            f"{len(ghosts)} kept as malformed dead letter(s)"
-            + (f", {len(kept)} dropped (a dead letter of that id exists)" if kept else ""),
-        )
-        reason = "task id was in the due set without an envelope"
-        self.dead_without_request(MALFORMED, ghosts, reason)
-
     def replayed(self, outcomes: Iterable[tuple[str, Outcome]]) -> None:
         """Spooled writes reached Redis: counted now, like writes that never waited."""
         for kind, outcome in outcomes:
@@ -342,44 +237,6 @@ class Reporter:
                 self.count("retryqueue/recovered")
             else:
                 self.count(f"retryqueue/{outcome}")
-
-    def callback_error(
-        self, exception: BaseException, response: Any, *, first: bool, due_in: float
-    ) -> None:
-        """A callback's exception that was parked for a retry instead of reaching Scrapy.
-
-        Counted and signalled as Scrapy would; logged once per request, with its
-        traceback and Scrapy's own wording, at WARNING since it will be retried.
-        """
-        from scrapy import signals
-        from twisted.python.failure import Failure
-
-        self.count("spider_exceptions/count")
-        self.count(f"spider_exceptions/{type(exception).__name__}")
-        failure = Failure(exception, type(exception), exception.__traceback__)
-        self.crawler.signals.send_catch_log(
-            signal=signals.spider_error, failure=failure, response=response, spider=self.spider
-        )
-        if not first:
-            logger.debug(
-                "scrapy-retryqueue: %s raised %s again; parked for retry",
-                response.request,
-                type(exception).__name__,
-            )
-            return
-        entry = self.crawler.logformatter.spider_error(
-            failure, response.request, response, self.spider
-        )
-        args = dict(entry["args"])
-        if "referer" in self.config.secret_headers and args.get("referer") is not None:
-            # The one header Scrapy's wording shows; masked when named secret.
-            args["referer"] = MASK
-        logging.getLogger("scrapy.core.scraper").warning(
-            entry["msg"] + "; parked for a retry (parse) due in %(due_in).0fs",
-            {**args, "due_in": due_in},
-            exc_info=(type(exception), exception, exception.__traceback__),
-            extra={"spider": self.spider},
-        )
 
     # -- successes -----------------------------------------------------------------
 
