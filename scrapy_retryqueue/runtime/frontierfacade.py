@@ -22,7 +22,7 @@ from .taskref import live_ref
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from . import Parking
+    from .attemptfacade import Parking
 
 
 logger = logging.getLogger("scrapy_retryqueue.runtime")
