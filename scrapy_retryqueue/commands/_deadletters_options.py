@@ -1,7 +1,9 @@
 """The arguments of ``scrapy deadletters``: its parser, each subcommand's options, the filters.
 
-Imported with the command, so nothing of the store is imported at the top:
-Scrapy imports every command's module whenever it runs.
+The options are read here into what the subcommands run with, and refused here
+when they cannot be used: before the command opens the store or Redis
+(commands/_args.py). Imported with the command, so nothing of the store is
+imported at the top: Scrapy imports every command's module whenever it runs.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..decision.kinds import BUILTIN_TABLE
+from ._args import spider_names, split_values
 from ._common import ArgumentParser, CommandFailed, exit_codes_text, subcommand_parser
 
 if TYPE_CHECKING:
+    from ..config import Config
     from ..store.filters import Filters
-    from ..view.sources import Sources
 
 #: The command's help: its subcommands, then the filters they share.
 DESCRIPTION = """\
@@ -205,31 +208,28 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _refuse_empty_values(ns: Any) -> None:
-    """An empty filter value is an error: dropped, it would match everything
-    (``purge --spider "$UNSET" --yes`` would delete every spider's dead letters)."""
-    for option in ("spider", "kind", "domain", "http_status", "node", "status", "id"):
-        for value in getattr(ns, option, None) or []:
-            if any(not part.strip() for part in value.split(",")):
-                flag = "--" + option.replace("_", "-")
-                raise CommandFailed(
-                    f"{flag} {value!r} holds an empty value; give a value, or leave {flag} "
-                    "out to match every one"
-                )
+#: The filter options that repeat (or take comma-separated values).
+_LISTED = ("spider", "kind", "domain", "http_status", "node", "status", "id")
+
+
+def filters_from(ns: Any, config: Config) -> Filters:
+    """The filters the options ask for; CommandFailed or FilterError for one that
+    cannot be used. Reads nothing but the options and the project's kinds."""
+    from ..store.filters import Filters
+
+    for option in _LISTED:
+        # An empty value is an error: dropped, it would match everything
+        # (``purge --spider "$UNSET" --yes`` would delete every spider's dead letters).
+        split_values("--" + option.replace("_", "-"), getattr(ns, option, None) or [])
+    # A name no queue can have was never crawled: said as such, not as "no match".
+    spider_names(ns.spider)
     for option in ("since", "until"):
         value = getattr(ns, option, None)
         if value is not None and not value.strip():
             raise CommandFailed(f"--{option} is empty; give a time, or leave --{option} out")
-
-
-def filters_from(ns: Any, sources: Sources) -> Filters:
-    """The filters the options ask for; CommandFailed or FilterError names a bad one."""
-    from ..store.queries import Filters
-
-    _refuse_empty_values(ns)
     return Filters.from_options(
         # The project's own kinds (RETRYQUEUE_KINDS) are kinds here too.
-        known_kinds=sources.config.kinds.names,
+        known_kinds=config.kinds.names,
         spiders=ns.spider,
         kinds=ns.kind,
         domains=ns.domain,

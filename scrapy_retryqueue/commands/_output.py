@@ -2,7 +2,8 @@
 
 As Scrapy's feed exports (``scrapy crawl -o / -O``). A file is complete or as
 it was: rows go to a temporary file beside it first. What cannot be written or
-appended to is refused by :meth:`Destination.check` before the store is read.
+appended to is refused by :meth:`Destination.check` before the store is read,
+and only looked at (lstat, a csv file's first line) to be refused.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Destination:
         self.path = path
         self.fmt = fmt
         self.append = append
+        #: The option that named FILE, for the errors about it.
+        self.option = "-o" if append else "-O"
 
     @classmethod
     def from_options(
@@ -45,6 +48,7 @@ class Destination:
         """Refuse, before reading the store, what cannot be written or appended to."""
         if self.path is not None:
             self._refuse_special()
+            self._refuse_unwritable()
         if not self.append or self.path is None:
             return
         if self.fmt == "json":
@@ -57,7 +61,8 @@ class Destination:
         if self.fmt == "csv" and self._has_content():
             from ..store.export import csv_header
 
-            with open(self.path, encoding="utf-8", newline="") as existing:
+            # errors="replace": a binary file is "another file", not a traceback.
+            with open(self.path, encoding="utf-8", errors="replace", newline="") as existing:
                 first = existing.readline()
             if first.rstrip("\r\n") != csv_header().rstrip("\r\n"):
                 raise CommandFailed(
@@ -81,16 +86,35 @@ class Destination:
             return
         if stat.S_ISLNK(st.st_mode):
             raise CommandFailed(
-                f"{self.path} is a symbolic link (to {os.readlink(self.path)}): export neither "
-                "follows nor replaces one; give the path it points to, or another file",
+                f"{self.option} {self.path} is a symbolic link (to {os.readlink(self.path)}): "
+                "export neither follows nor replaces one; give the path it points to, or "
+                "another file",
                 EXIT_ERROR,
             )
         if not stat.S_ISREG(st.st_mode):
             what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             raise CommandFailed(
-                f"{self.path} is {what} (a FIFO, a device, a socket?): export writes regular "
-                "files only; leave out -o / -O to write to stdout",
+                f"{self.option} {self.path} is {what} (a FIFO, a device, a socket?): export "
+                "writes regular files only; leave out -o / -O to write to stdout",
                 EXIT_ERROR,
+            )
+
+    def _refuse_unwritable(self) -> None:
+        """A FILE whose directory is missing, or that this user cannot write: refused
+        now rather than once every row was read."""
+        assert self.path is not None
+        parent = self.path.parent
+        if not parent.is_dir():
+            raise CommandFailed(
+                f"{self.option} {self.path}: its directory {str(parent)!r} does not exist",
+                EXIT_ERROR,
+            )
+        # The rows go to a temporary file beside FILE: its directory must take one.
+        if not os.access(parent, os.W_OK | os.X_OK) or (
+            self.path.exists() and not os.access(self.path, os.W_OK)
+        ):
+            raise CommandFailed(
+                f"{self.option} {self.path} cannot be written (permission denied)", EXIT_ERROR
             )
 
     def _has_content(self) -> bool:

@@ -1,16 +1,20 @@
 """``scrapy deadletters``: export, requeue and purge dead letters; migrate and sync the store.
 
-Its parser and options are commands/_deadletters_options.py (:func:`build_parser`),
-where an export writes commands/_output.py (:class:`Destination`).
+Each subcommand checks all its options first (commands/_deadletters_options.py,
+commands/_args.py, the export's file) and only then opens the store or Redis: a
+refused command leaves the disk, the store and the queue as it found them.
+The parser is :func:`build_parser`; where an export writes is :class:`Destination`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ._args import check_limit, refuse_empty, spider_names
 from ._common import (
     EXIT_NO_MATCH,
     ArgumentParser,
@@ -55,9 +59,9 @@ class Command(BaseCommand):
     def dispatch(self, ns: argparse.Namespace) -> int:
         from ..view.sources import Sources
 
-        if getattr(ns, "limit", None) is not None and ns.limit < 1:
-            raise CommandFailed(f"--limit must be >= 1, got {ns.limit}")
+        check_limit(ns)
         assert self.settings is not None
+        # Reads and checks the settings; opens nothing until a subcommand asks.
         self._sources: Sources | None = Sources(self.settings)
         result: int = getattr(self, f"_{ns.action}")(self._sources, ns)
         return result
@@ -73,7 +77,8 @@ class Command(BaseCommand):
     def _export(self, sources: Sources, ns: Any) -> int:
         from ..store.queries import count, stream_rows
 
-        filters = filters_from(ns, sources)
+        filters = filters_from(ns, sources.config)
+        refuse_empty(ns, "--output", "--overwrite-output")
         destination = Destination.from_options(ns.output, ns.overwrite_output, ns.format)
         destination.check()
         secret = frozenset() if ns.include_secrets else sources.config.secret_headers
@@ -103,9 +108,12 @@ class Command(BaseCommand):
         from ..store import actions
         from ..store.queries import chunks
 
-        filters = filters_from(ns, sources)
-        if filters.statuses != ["dead"]:
-            raise CommandFailed("requeue takes dead letters only; leave out --status")
+        filters = filters_from(ns, sources.config)
+        if set(filters.statuses) != {"dead"}:
+            raise CommandFailed(
+                f"--status {','.join(ns.status)!r}: requeue takes dead letters only; "
+                "leave --status out"
+            )
         total = _count(sources, filters)
         if ns.limit is not None:
             total = min(total, ns.limit)
@@ -156,7 +164,7 @@ class Command(BaseCommand):
     def _purge(self, sources: Sources, ns: Any) -> int:
         from ..store import actions
 
-        asked = filters_from(ns, sources)
+        asked = filters_from(ns, sources.config)
         # As the dashboard: only finished tasks; a live one's row is deleted by
         # the writer's next event anyway, and its task stays due in Redis.
         filters = actions.applicable("purge", asked)
@@ -187,12 +195,22 @@ class Command(BaseCommand):
     # -- migrate ---------------------------------------------------------------
 
     def _migrate(self, sources: Sources, ns: Any) -> int:
+        from ..config import redact_url
+        from ..store.config import sqlite_path
+        from ..store.db import code_head, upgrade_sql
+
         if ns.check and ns.sql:
             raise CommandFailed("--check and --sql do not go together")
-        store = sources.store(check_schema=False, create=True)
+        url = sources.database_url
+        # --sql and --check change nothing: not even a SQLite file is made for them.
         if ns.sql:
-            sys.stdout.write(store.upgrade_sql())
+            sys.stdout.write(upgrade_sql(url))
             return 0
+        file = sqlite_path(url)
+        if ns.check and file is not None and not os.path.exists(file):
+            print(f"{redact_url(url)}: schema none, code {code_head()}: empty (no file yet)")
+            return EXIT_NO_MATCH
+        store = sources.store(check_schema=False, create=True)
         state = store.schema_state()
         if ns.check:
             print(
@@ -216,10 +234,10 @@ class Command(BaseCommand):
         from ..values import now_ms
         from ..view import live as view
 
+        spiders = spider_names(ns.spider, every="sync every spider with events")
         store = sources.store(create=True, check_schema=False)
         store.ensure_schema(create=sources.store_config.create_schema)
         client = sources.redis()
-        spiders = [s for value in ns.spider for s in value.split(",") if s]
         if not spiders:
             spiders = sorted(view.spiders_with_events(client, sources.config.namespace))
         if not spiders:

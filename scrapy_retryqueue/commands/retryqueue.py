@@ -23,9 +23,12 @@ import errno
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..exceptions import ConfigError
 from ..settings.defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
+from ._args import check_seconds, refuse_empty, spider_names
 from ._common import (
     EXIT_CANNOT_LISTEN,
     EXIT_NOT_RUNNING,
@@ -213,7 +216,7 @@ class Command(BaseCommand):
         from ._status import render_json, render_table, report
 
         assert self.settings is not None
-        spiders = [s for value in ns.spider for s in value.split(",") if s]
+        spiders = spider_names(ns.spider, every="show every spider")
         self._sources: Sources | None = Sources(self.settings)
         shown = report(self._sources, spiders, self.settings)
         print(render_json(shown) if ns.json else render_table(shown))
@@ -224,6 +227,7 @@ class Command(BaseCommand):
         from ..store.config import load_store_config
 
         assert self.settings is not None
+        refuse_empty(ns, "--host", "--token", "--redis-url", "--database-url")
         try:
             import uvicorn
 
@@ -239,12 +243,13 @@ class Command(BaseCommand):
         if ns.database_url:
             settings.set("RETRYQUEUE_DATABASE_URL", ns.database_url, priority="cmdline")
         token = ns.token or os.environ.get("RETRYQUEUE_DASHBOARD_TOKEN") or None
-        config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
-        check_bind(config)
-        # The dashboard opens Redis and the store when first asked: a bad setting
-        # is said now, in one line, rather than on every page.
-        load_config(settings)
-        load_store_config(settings)
+        with naming_options(ns):
+            config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
+            check_bind(config)
+            # The dashboard opens Redis and the store when first asked: a bad setting
+            # is said now, in one line, rather than on every page.
+            load_config(settings)
+            load_store_config(settings)
         sock = listen(config.host, config.port)
         try:
             app = create_app(settings, config=config)
@@ -267,9 +272,9 @@ class Command(BaseCommand):
         from ._writer import run_writer
 
         assert self.settings is not None
-        if not ns.rescan > 0:
-            raise CommandFailed(f"--rescan must be > 0 seconds, got {ns.rescan:g}")
-        spiders = [s for value in ns.spider for s in value.split(",") if s]
+        check_seconds("--rescan", ns.rescan)
+        spiders = spider_names(ns.spider, every="serve every spider with events")
+        refuse_empty(ns, "--consumer")
         consumer = ns.consumer or f"{socket.gethostname()}:{os.getpid()}:writer"
         self._sources = Sources(self.settings)
         return run_writer(
@@ -279,6 +284,34 @@ class Command(BaseCommand):
             consumer=consumer,
             log_to_stderr=not self.settings.getbool("LOG_ENABLED"),
         )
+
+
+#: The dashboard's options and the settings they stand for.
+_DASHBOARD_OPTIONS = {
+    "host": "RETRYQUEUE_DASHBOARD_HOST",
+    "port": "RETRYQUEUE_DASHBOARD_PORT",
+    "token": "RETRYQUEUE_DASHBOARD_TOKEN",
+    "redis_url": "RETRYQUEUE_REDIS_URL",
+    "database_url": "RETRYQUEUE_DATABASE_URL",
+}
+
+
+@contextlib.contextmanager
+def naming_options(ns: argparse.Namespace) -> Iterator[None]:
+    """A bad value given as an option is said with the option beside its setting's
+    name (``RETRYQUEUE_DASHBOARD_PORT (--port) must be 0-65535``): the person typed
+    the option, the check knows the setting."""
+    try:
+        yield
+    except ConfigError as exc:
+        message = str(exc)
+        for dest, setting in _DASHBOARD_OPTIONS.items():
+            option = "--" + dest.replace("_", "-")
+            given = getattr(ns, dest, None) is not None
+            if given and message.startswith(setting + " ") and f"({option})" not in message:
+                message = f"{setting} ({option}){message[len(setting) :]}"
+                break
+        raise CommandFailed(message) from None
 
 
 def server_config(app: Any, config: DashboardConfig) -> Any:
