@@ -82,6 +82,7 @@ def test_every_subcommand_is_listed() -> None:
         ("retryqueue", "status"),
         ("retryqueue", "dashboard"),
         ("retryqueue", "writer"),
+        ("retryqueue", "settings"),
     ]
 
 
