@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,8 +18,13 @@ class Result:
 
 
 def scrapy(
-    *args: str, cwd: Path, settings: dict[str, Any] | None = None, stdin: str | None = None
+    *args: str,
+    cwd: Path,
+    settings: dict[str, Any] | None = None,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Result:
+    """Run ``scrapy *args`` in *cwd*; *env* adds to (or overrides) this process's environment."""
     command = [sys.executable, "-m", "scrapy.cmdline", *args]
     for name, value in (settings or {}).items():
         command += ["-s", f"{name}={value}"]
@@ -29,5 +35,6 @@ def scrapy(
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **env} if env is not None else None,
     )
     return Result(done.returncode, done.stdout, done.stderr)

@@ -82,6 +82,7 @@ def test_every_subcommand_is_listed() -> None:
         ("retryqueue", "status"),
         ("retryqueue", "dashboard"),
         ("retryqueue", "writer"),
+        ("retryqueue", "settings"),
     ]
 
 
@@ -164,30 +165,7 @@ def test_the_docs_list_the_exit_codes_the_code_uses() -> None:
 
 
 # -- errors go to stderr, one line, in every command ---------------------------------------
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["deadletters", "export"],
-        ["deadletters", "requeue"],
-        ["deadletters", "purge", "--yes"],
-        ["deadletters", "migrate"],
-        ["deadletters", "sync"],
-        ["retryqueue", "server", "start"],
-        ["retryqueue", "server", "stop"],
-        ["retryqueue", "server", "status"],
-        ["retryqueue", "status"],
-        ["retryqueue", "dashboard", "--port", "0"],
-    ],
-)
-def test_a_bad_setting_is_one_line_on_stderr_with_exit_code_2(
-    args: list[str], tmp_path: Path
-) -> None:
-    done = scrapy(*args, cwd=tmp_path, settings={"RETRYQUEUE_SPOOL_MAX": 0})
-    assert done.code == 2
-    assert done.out == ""
-    assert done.err == "error: RETRYQUEUE_SPOOL_MAX must be >= 1, got 0\n"
+# (A bad setting, and every argument a subcommand refuses: tests/test_command_refusals.py.)
 
 
 @pytest.mark.parametrize(

@@ -281,7 +281,7 @@ def test_command_server_start_status_stop(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((), "the following arguments are required: {server,status,dashboard,writer}"),
+        ((), "the following arguments are required: {server,status,dashboard,writer,settings}"),
         (("server",), "the following arguments are required: server_action"),
         (
             ("server", "restart"),
@@ -383,6 +383,14 @@ def test_without_scrapy_cfg_the_state_goes_to_a_per_user_directory(
     (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = tests.test_embedded\n")
     assert embedded.project_directory() == tmp_path / ".scrapy" / "retryqueue"
     assert not embedded.user_directory_in_use(embedded.project_directory())
+    # Named, not made (Scrapy's data_path makes .scrapy even with createdir=False).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scrapy.cfg"]
+    # scrapy.cfg's [datadir] moves it, as it moves Scrapy's.
+    (tmp_path / "scrapy.cfg").write_text(
+        "[settings]\ndefault = tests.test_embedded\n[datadir]\ndefault = state\n"
+    )
+    assert embedded.project_directory() == Path("state", "retryqueue")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scrapy.cfg"]
 
 
 def test_a_directory_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from scrapy_retryqueue.secure.redact import (
 )
 from scrapy_retryqueue.store.actions import requeue
 from scrapy_retryqueue.store.db import Store
-from scrapy_retryqueue.store.queries import Filters
+from scrapy_retryqueue.store.filters import Filters
 from scrapy_retryqueue.store.sync import EventSync
 from scrapy_retryqueue.values import now_ms
 

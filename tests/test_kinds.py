@@ -32,7 +32,7 @@ from scrapy_retryqueue.decision.classify import FailureInfo
 from scrapy_retryqueue.decision.policy import Decision, Policy, PolicyTable
 from scrapy_retryqueue.queue.keys import keys_for
 from scrapy_retryqueue.runtime import Outcome
-from scrapy_retryqueue.store.queries import FilterError, Filters
+from scrapy_retryqueue.store.filters import FilterError, Filters
 
 from .runtimes import plan_of, unopened_runtime
 from .test_components import LATER, PAGE, Running, _envelope, _settings, open_components

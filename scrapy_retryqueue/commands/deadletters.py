@@ -1,257 +1,37 @@
 """``scrapy deadletters``: export, requeue and purge dead letters; migrate and sync the store.
 
-    scrapy deadletters export  [filters] [--format csv|jsonl|json] [-o FILE | -O FILE]
-                               [--limit N] [--include-secrets]
-    scrapy deadletters requeue [filters] [--keep-budget] [--dry-run] [--limit N]
-    scrapy deadletters purge   [filters] [--yes]
-    scrapy deadletters migrate [--check | --sql]
-    scrapy deadletters sync    [--spider NAME ...]
-
-Filters: --spider, --kind, --domain, --http-status, --node (each repeatable or
-comma-separated), --since / --until (2024-05-01, 2024-05-01T13:30, today, 7d),
---status (dead by default; all for every task), --id.
-
-Each subcommand describes its options: scrapy deadletters SUBCOMMAND -h.
+Each subcommand checks all its options first (commands/_deadletters_options.py,
+commands/_args.py, the export's file) and only then opens the store or Redis: a
+refused command leaves the disk, the store and the queue as it found them.
+The parser is :func:`build_parser`; where an export writes is :class:`Destination`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shutil
-import stat
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..decision.kinds import BUILTIN_TABLE
+from ._args import check_limit, refuse_empty, spider_names
 from ._common import (
-    EXIT_ERROR,
     EXIT_NO_MATCH,
     ArgumentParser,
     CommandFailed,
     Progress,
     confirm,
     exit_codes_text,
-    subcommand_parser,
 )
 from ._common import Command as BaseCommand
+from ._deadletters_options import DESCRIPTION, build_parser, filters_from
+from ._output import Destination
 
 if TYPE_CHECKING:
-    from ..store.queries import Filters
+    from ..store.filters import Filters
     from ..view.sources import Sources
 
-GLOBAL_OPTIONS = (
-    "Scrapy's options go with any subcommand: -s NAME=VALUE sets a setting (e.g.\n"
-    "-s RETRYQUEUE_DATABASE_URL=postgresql://user@host/db), -L LEVEL and --logfile FILE\n"
-    "turn the log on. See scrapy deadletters -h."
-)
-
-
-def _filter_options(
-    parser: argparse.ArgumentParser, *, ids: bool = True, statuses: str = "export"
-) -> None:
-    group = parser.add_argument_group(
-        "filters",
-        "Which rows of the store: every filter given must match. Repeat an option, or\n"
-        "separate values with commas, to match any of several values.",
-    )
-    group.add_argument("--spider", action="append", default=[], metavar="NAME",
-                       help="the spider (default: every spider)")  # fmt: skip
-    group.add_argument("--kind", action="append", default=[], metavar="KIND",
-                       help="the failure kind, one of: " + ", ".join(BUILTIN_TABLE.names)
-                       + ", or one the project declares in RETRYQUEUE_KINDS "
-                       "(default: every kind)")  # fmt: skip
-    group.add_argument("--domain", action="append", default=[], metavar="HOST",
-                       help="the host or any of its subdomains: shop.example matches "
-                       "www.shop.example (default: every host)")  # fmt: skip
-    group.add_argument("--http-status", action="append", default=[], metavar="CODE",
-                       help="the HTTP status of the last failure, e.g. 503 (default: any, "
-                       "and none)")  # fmt: skip
-    group.add_argument("--node", action="append", default=[], metavar="NODE",
-                       help="the node that wrote the task's last event (default: any)")  # fmt: skip
-    group.add_argument("--since", metavar="WHEN",
-                       help="died at or after WHEN (other statuses: last updated): 2024-05-01, "
-                       "2024-05-01T13:30 (local time), 2024-05-01T13:30Z, today, yesterday, or "
-                       "7d / 12h / 30m / 2w ago (default: no lower bound)")  # fmt: skip
-    group.add_argument("--until", metavar="WHEN",
-                       help="died before WHEN, same forms as --since (default: no upper "
-                       "bound)")  # fmt: skip
-    if statuses == "export":
-        status_help = (
-            "the task's status: dead (the default), waiting, retrying, succeeded, cancelled, or all"
-        )
-    else:
-        status_help = "dead (the default): only dead letters can be requeued"
-    group.add_argument("--status", action="append", default=[], metavar="STATUS",
-                       help=status_help)  # fmt: skip
-    if ids:
-        group.add_argument("--id", action="append", default=[], metavar="ID",
-                           help="a row id (the store's id column) or a task id, the request "
-                           "fingerprint (default: any)")  # fmt: skip
-
-
-def build_parser() -> ArgumentParser:
-    from ..store.export import FORMATS
-
-    parser = ArgumentParser(
-        prog="scrapy deadletters",
-        description=(__doc__ or "").split("\n", 2)[2].strip("\n"),
-        epilog=exit_codes_text(),
-    )
-    sub = parser.add_subparsers(
-        dest="action", metavar="{export,requeue,purge,migrate,sync}", parser_class=ArgumentParser
-    )
-    sub.required = True
-
-    export = subcommand_parser(
-        sub,
-        "export",
-        summary="Write the store's dead letters (or other tasks) as CSV, JSON lines or JSON.",
-        description=(
-            "Rows come in id order (oldest first) and stream in constant memory. Without\n"
-            "-o or -O they go to stdout. CSV cells a spreadsheet would run as a formula\n"
-            "get a leading '. The values of secret request headers are masked (***)\n"
-            "unless --include-secrets is given."
-        ),
-        epilog=GLOBAL_OPTIONS,
-    )
-    _filter_options(export)
-    output = export.add_argument_group("output")
-    target = output.add_mutually_exclusive_group()
-    target.add_argument("-o", "--output", metavar="FILE",
-                        help="append to FILE, created if missing: csv rows go after the "
-                        "existing ones without a second header, jsonl lines after the last "
-                        "line; json cannot be appended to (use -O). - is stdout. "
-                        "(default: stdout)")  # fmt: skip
-    target.add_argument("-O", "--overwrite-output", metavar="FILE",
-                        help="write FILE, replacing it: written to a temporary file beside "
-                        "it and renamed when complete, so FILE is never half written. FILE "
-                        "(with -o too) must be a regular file or not exist: a symlink, FIFO, "
-                        "device or directory is refused")  # fmt: skip
-    output.add_argument("--format", choices=FORMATS,
-                        help="csv (one row per task, a header first), jsonl (one JSON "
-                        "object per line) or json (one array) (default: from the file "
-                        "name's extension, .csv, .jsonl or .json, else csv)")  # fmt: skip
-    output.add_argument("--limit", type=int, metavar="N",
-                        help="export at most N rows, the oldest first (default: every "
-                        "matching row)")  # fmt: skip
-    output.add_argument("--include-secrets", action="store_true",
-                        help="write the values of secret request headers (the "
-                        "RETRYQUEUE_SECRET_HEADERS setting: Authorization, Cookie, "
-                        "Proxy-Authorization, X-Api-Key... by default) and cookies as "
-                        "stored; by "
-                        "default they read ***")  # fmt: skip
-
-    requeue = subcommand_parser(
-        sub,
-        "requeue",
-        summary="Put dead letters back in the Redis queue, due now.",
-        description=(
-            "Each goes back through the queue's own schedule operation; its row becomes\n"
-            "waiting and keeps its failure history. A request that already has a live\n"
-            "retry in the queue is left alone; a malformed dead letter (no request to\n"
-            "rebuild) is skipped and named."
-        ),
-        epilog=GLOBAL_OPTIONS,
-    )
-    _filter_options(requeue, statuses="requeue")
-    requeue.add_argument("--keep-budget", action="store_true",
-                         help="keep the retries the task already spent, so it gets only "
-                         "what is left of its retry budget (the policy's max_retries for "
-                         "its kind): a task that died of an exhausted budget dies again at "
-                         "its next failure (default: a fresh budget, its attempts reset to "
-                         "0)")  # fmt: skip
-    requeue.add_argument("--dry-run", action="store_true",
-                         help="list what would be requeued (row id, spider, kind, url; one "
-                         "per line on stdout) and change nothing")  # fmt: skip
-    requeue.add_argument("--limit", type=int, metavar="N",
-                         help="requeue at most N dead letters, the oldest first (default: "
-                         "every match)")  # fmt: skip
-
-    purge = subcommand_parser(
-        sub,
-        "purge",
-        summary="Delete matching rows from the store, after a confirmation.",
-        description=(
-            "Asks `Delete 12 dead letter(s) (status=dead kind=not_found)? [y/N]` on a\n"
-            "terminal; anything but y or yes, or the end of input (Ctrl-D), deletes nothing\n"
-            "(exit code 5). Without a terminal it needs --yes."
-        ),
-        epilog=GLOBAL_OPTIONS,
-    )
-    _filter_options(purge)
-    purge.add_argument("-y", "--yes", action="store_true",
-                       help="delete without asking; needed when stdin is not a terminal "
-                       "(default: ask)")  # fmt: skip
-
-    migrate = subcommand_parser(
-        sub,
-        "migrate",
-        summary="Create or upgrade the store's schema (its Alembic migrations).",
-        description="Without an option: apply the migrations the database lacks.",
-        epilog=GLOBAL_OPTIONS,
-    )
-    migrate.add_argument("--check", action="store_true",
-                         help="only say whether the schema is up to date (exit code 1 when "
-                         "it is not) and change nothing")  # fmt: skip
-    migrate.add_argument("--sql", action="store_true",
-                         help="print the SQL the migrations run on an empty database, for a "
-                         "DBA, and change nothing")  # fmt: skip
-
-    sync = subcommand_parser(
-        sub,
-        "sync",
-        summary="Write the events waiting in Redis into the store now.",
-        description=(
-            "For spiders whose crawl did not (the store was disabled, or its database was\n"
-            "down when the crawl ended); their leftover dead letters are stored too."
-        ),
-        epilog=GLOBAL_OPTIONS,
-    )
-    sync.add_argument("--spider", action="append", default=[], metavar="NAME",
-                      help="only this spider; repeat, or separate names with commas "
-                      "(default: every spider with events in Redis)")  # fmt: skip
-    return parser
-
-
-def _refuse_empty_values(ns: Any) -> None:
-    """An empty filter value is an error: dropped, it would match everything
-    (``purge --spider "$UNSET" --yes`` would delete every spider's dead letters)."""
-    for option in ("spider", "kind", "domain", "http_status", "node", "status", "id"):
-        for value in getattr(ns, option, None) or []:
-            if any(not part.strip() for part in value.split(",")):
-                flag = "--" + option.replace("_", "-")
-                raise CommandFailed(
-                    f"{flag} {value!r} holds an empty value; give a value, or leave {flag} "
-                    "out to match every one"
-                )
-    for option in ("since", "until"):
-        value = getattr(ns, option, None)
-        if value is not None and not value.strip():
-            raise CommandFailed(f"--{option} is empty; give a time, or leave --{option} out")
-
-
-def filters_from(ns: Any, sources: Sources) -> Filters:
-    from ..store.queries import Filters
-
-    _refuse_empty_values(ns)
-    return Filters.from_options(
-        # The project's own kinds (RETRYQUEUE_KINDS) are kinds here too.
-        known_kinds=sources.config.kinds.names,
-        spiders=ns.spider,
-        kinds=ns.kind,
-        domains=ns.domain,
-        http_statuses=ns.http_status,
-        nodes=ns.node,
-        since=ns.since,
-        until=ns.until,
-        statuses=ns.status or ["dead"],
-        ids=getattr(ns, "id", []),
-    )
+__all__ = ["Command", "Destination", "build_parser", "filters_from"]
 
 
 def _count(sources: Sources, filters: Filters) -> int:
@@ -271,7 +51,7 @@ class Command(BaseCommand):
         return "Export, requeue or purge scrapy-retryqueue dead letters"
 
     def long_desc(self) -> str:
-        return (__doc__ or "").split("\n", 2)[2].strip("\n") + "\n\n" + exit_codes_text()
+        return DESCRIPTION + "\n\n" + exit_codes_text()
 
     def build_parser(self) -> ArgumentParser:
         return build_parser()
@@ -279,9 +59,9 @@ class Command(BaseCommand):
     def dispatch(self, ns: argparse.Namespace) -> int:
         from ..view.sources import Sources
 
-        if getattr(ns, "limit", None) is not None and ns.limit < 1:
-            raise CommandFailed(f"--limit must be >= 1, got {ns.limit}")
+        check_limit(ns)
         assert self.settings is not None
+        # Reads and checks the settings; opens nothing until a subcommand asks.
         self._sources: Sources | None = Sources(self.settings)
         result: int = getattr(self, f"_{ns.action}")(self._sources, ns)
         return result
@@ -297,7 +77,8 @@ class Command(BaseCommand):
     def _export(self, sources: Sources, ns: Any) -> int:
         from ..store.queries import count, stream_rows
 
-        filters = filters_from(ns, sources)
+        filters = filters_from(ns, sources.config)
+        refuse_empty(ns, "--output", "--overwrite-output")
         destination = Destination.from_options(ns.output, ns.overwrite_output, ns.format)
         destination.check()
         secret = frozenset() if ns.include_secrets else sources.config.secret_headers
@@ -327,9 +108,12 @@ class Command(BaseCommand):
         from ..store import actions
         from ..store.queries import chunks
 
-        filters = filters_from(ns, sources)
-        if filters.statuses != ["dead"]:
-            raise CommandFailed("requeue takes dead letters only; leave out --status")
+        filters = filters_from(ns, sources.config)
+        if set(filters.statuses) != {"dead"}:
+            raise CommandFailed(
+                f"--status {','.join(ns.status)!r}: requeue takes dead letters only; "
+                "leave --status out"
+            )
         total = _count(sources, filters)
         if ns.limit is not None:
             total = min(total, ns.limit)
@@ -380,7 +164,7 @@ class Command(BaseCommand):
     def _purge(self, sources: Sources, ns: Any) -> int:
         from ..store import actions
 
-        asked = filters_from(ns, sources)
+        asked = filters_from(ns, sources.config)
         # As the dashboard: only finished tasks; a live one's row is deleted by
         # the writer's next event anyway, and its task stays due in Redis.
         filters = actions.applicable("purge", asked)
@@ -411,12 +195,22 @@ class Command(BaseCommand):
     # -- migrate ---------------------------------------------------------------
 
     def _migrate(self, sources: Sources, ns: Any) -> int:
+        from ..config import redact_url
+        from ..store.config import sqlite_path
+        from ..store.db import code_head, upgrade_sql
+
         if ns.check and ns.sql:
             raise CommandFailed("--check and --sql do not go together")
-        store = sources.store(check_schema=False, create=True)
+        url = sources.database_url
+        # --sql and --check change nothing: not even a SQLite file is made for them.
         if ns.sql:
-            sys.stdout.write(store.upgrade_sql())
+            sys.stdout.write(upgrade_sql(url))
             return 0
+        file = sqlite_path(url)
+        if ns.check and file is not None and not os.path.exists(file):
+            print(f"{redact_url(url)}: schema none, code {code_head()}: empty (no file yet)")
+            return EXIT_NO_MATCH
+        store = sources.store(check_schema=False, create=True)
         state = store.schema_state()
         if ns.check:
             print(
@@ -440,10 +234,10 @@ class Command(BaseCommand):
         from ..values import now_ms
         from ..view import live as view
 
+        spiders = spider_names(ns.spider, every="sync every spider with events")
         store = sources.store(create=True, check_schema=False)
         store.ensure_schema(create=sources.store_config.create_schema)
         client = sources.redis()
-        spiders = [s for value in ns.spider for s in value.split(",") if s]
         if not spiders:
             spiders = sorted(view.spiders_with_events(client, sources.config.namespace))
         if not spiders:
@@ -467,132 +261,3 @@ class Command(BaseCommand):
                 file=sys.stderr,
             )
         return 0
-
-
-class Destination:
-    """Where ``export`` writes, following Scrapy's feed exports: ``-O`` overwrites, ``-o`` appends."""
-
-    def __init__(self, path: Path | None, fmt: str, *, append: bool) -> None:
-        #: None: stdout.
-        self.path = path
-        self.fmt = fmt
-        self.append = append
-
-    @classmethod
-    def from_options(
-        cls, output: str | None, overwrite: str | None, fmt: str | None
-    ) -> Destination:
-        from ..store.export import FORMATS
-
-        name = overwrite or output or "-"
-        path = None if name == "-" else Path(name)
-        if fmt is None:
-            suffix = path.suffix.lower().lstrip(".") if path is not None else ""
-            fmt = suffix if suffix in FORMATS else "csv"
-        return cls(path, fmt, append=path is not None and overwrite is None)
-
-    def check(self) -> None:
-        """Refuse, before reading the store, what cannot be written or appended to."""
-        if self.path is not None:
-            self._refuse_special()
-        if not self.append or self.path is None:
-            return
-        if self.fmt == "json":
-            raise CommandFailed(
-                f"-o appends, and a json file ({self.path}) holds one array that cannot take "
-                "more rows: use -O to overwrite it, or the jsonl format (one object per line) "
-                "to append",
-                EXIT_ERROR,
-            )
-        if self.fmt == "csv" and self._has_content():
-            from ..store.export import csv_header
-
-            with open(self.path, encoding="utf-8", newline="") as existing:
-                first = existing.readline()
-            if first.rstrip("\r\n") != csv_header().rstrip("\r\n"):
-                raise CommandFailed(
-                    f"-o appends, and {self.path} does not start with this export's csv "
-                    "header (another file, or another version's columns): use -O to "
-                    "overwrite it, or another file",
-                    EXIT_ERROR,
-                )
-
-    def _refuse_special(self) -> None:
-        """A symlink, FIFO, device or directory at FILE: refused, never replaced nor followed.
-
-        Replacing one (-O renames a temporary file over FILE) would swap a
-        device node such as /dev/null for a regular file, or a symlink for a
-        copy; following one writes where the link points, unseen.
-        """
-        assert self.path is not None
-        try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(st.st_mode):
-            raise CommandFailed(
-                f"{self.path} is a symbolic link (to {os.readlink(self.path)}): export neither "
-                "follows nor replaces one; give the path it points to, or another file",
-                EXIT_ERROR,
-            )
-        if not stat.S_ISREG(st.st_mode):
-            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise CommandFailed(
-                f"{self.path} is {what} (a FIFO, a device, a socket?): export writes regular "
-                "files only; leave out -o / -O to write to stdout",
-                EXIT_ERROR,
-            )
-
-    def _has_content(self) -> bool:
-        assert self.path is not None
-        try:
-            return self.path.stat().st_size > 0
-        except FileNotFoundError:
-            return False
-
-    def write(self, rows: Any, secret: frozenset[str], advance: Any) -> int:
-        """Write *rows*; returns how many. A file is complete or untouched on failure."""
-        from ..store.export import write_rows
-
-        if self.path is None:
-            written = write_rows(rows, self.fmt, sys.stdout, advance, secret=secret)
-            sys.stdout.flush()
-            return written
-        header = not (self.append and self._has_content())
-        # A fresh name (O_EXCL): a FILE.part planted as a symlink is never followed.
-        fd, name = tempfile.mkstemp(
-            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".part"
-        )
-        part = Path(name)
-        try:
-            with open(fd, "w", encoding="utf-8", newline="") as out:
-                written = write_rows(rows, self.fmt, out, advance, secret=secret, header=header)
-                if not self.append:
-                    # mkstemp's 0600; the file gets the mode a new one would.
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    os.fchmod(out.fileno(), 0o666 & ~umask)
-            self._refuse_special()  # again: FILE may have changed while rows were read
-            if self.append:
-                self._append_part(part)
-            else:
-                os.replace(part, self.path)
-        finally:
-            with contextlib.suppress(OSError):
-                part.unlink()
-        return written
-
-    def _append_part(self, part: Path) -> None:
-        # The rows were written to FILE.part first: a failure while reading the
-        # store leaves FILE as it was; only this local copy appends.
-        assert self.path is not None
-        with open(self.path, "ab") as target, open(part, "rb") as source:
-            if self.fmt == "jsonl" and target.tell() and not _ends_with_newline(self.path):
-                target.write(b"\n")
-            shutil.copyfileobj(source, target)
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as existing:
-        existing.seek(-1, os.SEEK_END)
-        return existing.read(1) == b"\n"

@@ -11,6 +11,8 @@
     scrapy retryqueue writer [--spider NAME ...] [--rescan S] [--consumer NAME]
         write the fleet's events into the store until stopped (the nodes then
         run with RETRYQUEUE_STORE_ENABLED = False)
+    scrapy retryqueue settings [--spider NAME] [--changed] [--json]
+        every RETRYQUEUE_* setting's value and where it came from, secrets masked
 
 Each subcommand describes its options: scrapy retryqueue SUBCOMMAND -h.
 """
@@ -23,9 +25,12 @@ import errno
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..exceptions import ConfigError
 from ..settings.defaults import DASHBOARD_SETTINGS, STORE_WRITER_RESCAN
+from ._args import check_seconds, refuse_empty, spider_names
 from ._common import (
     EXIT_CANNOT_LISTEN,
     EXIT_NOT_RUNNING,
@@ -55,7 +60,9 @@ def build_parser() -> ArgumentParser:
         epilog=exit_codes_text(),
     )
     sub = parser.add_subparsers(
-        dest="action", metavar="{server,status,dashboard,writer}", parser_class=ArgumentParser
+        dest="action",
+        metavar="{server,status,dashboard,writer,settings}",
+        parser_class=ArgumentParser,
     )
     sub.required = True
 
@@ -154,6 +161,31 @@ def build_parser() -> ArgumentParser:
     writer.add_argument("--consumer", metavar="NAME",
                         help="this writer's name in the consumer group; two writers at once "
                         "need two names (default: <host name>:<pid>:writer)")  # fmt: skip
+
+    settings = subcommand_parser(
+        sub,
+        "settings",
+        summary="Every RETRYQUEUE_* setting's value and where it came from.",
+        description=(
+            "The value a crawl reads (the default when nothing sets it) and its source,\n"
+            "Scrapy's priority: default, command, addon, project, spider (--spider) or\n"
+            "cmdline (-s NAME=VALUE); then Scrapy's RETRY_* and scrapy-redis's REDIS_*\n"
+            "settings the add-on reads, when the project sets them. Passwords in URLs, the\n"
+            "dashboard token and the encryption keys read ***. The settings are then\n"
+            "checked as a crawl checks them: a bad one is one error line (exit code 2).\n"
+            "Nothing is opened: neither Redis nor the store."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
+    settings.add_argument("--spider", action="append", default=[], metavar="NAME",
+                          help="as a crawl of this spider of the project sees them, its "
+                          "custom_settings included (default: the project's settings "
+                          "alone)")  # fmt: skip
+    settings.add_argument("--changed", action="store_true",
+                          help="only the settings set somewhere, by the project, a spider or "
+                          "-s (default: every setting)")  # fmt: skip
+    settings.add_argument("--json", action="store_true",
+                          help="print JSON, for scripts (default: a table)")  # fmt: skip
     return parser
 
 
@@ -161,10 +193,10 @@ class Command(BaseCommand):
     name = "retryqueue"
 
     def syntax(self) -> str:
-        return "{server,status,dashboard,writer} [options]"
+        return "{server,status,dashboard,writer,settings} [options]"
 
     def short_desc(self) -> str:
-        return "Manage scrapy-retryqueue (the embedded server) and show the queue's status"
+        return "Manage scrapy-retryqueue's embedded server; show the queue's status and settings"
 
     def long_desc(self) -> str:
         return (__doc__ or "").split("\n", 2)[2].strip("\n") + "\n\n" + exit_codes_text()
@@ -179,6 +211,8 @@ class Command(BaseCommand):
             return self._status(ns)
         if ns.action == "writer":
             return self._writer(ns)
+        if ns.action == "settings":
+            return self._settings(ns)
         return self._dashboard(ns)
 
     def close(self) -> None:
@@ -213,7 +247,7 @@ class Command(BaseCommand):
         from ._status import render_json, render_table, report
 
         assert self.settings is not None
-        spiders = [s for value in ns.spider for s in value.split(",") if s]
+        spiders = spider_names(ns.spider, every="show every spider")
         self._sources: Sources | None = Sources(self.settings)
         shown = report(self._sources, spiders, self.settings)
         print(render_json(shown) if ns.json else render_table(shown))
@@ -224,6 +258,7 @@ class Command(BaseCommand):
         from ..store.config import load_store_config
 
         assert self.settings is not None
+        refuse_empty(ns, "--host", "--token", "--redis-url", "--database-url")
         try:
             import uvicorn
 
@@ -239,12 +274,13 @@ class Command(BaseCommand):
         if ns.database_url:
             settings.set("RETRYQUEUE_DATABASE_URL", ns.database_url, priority="cmdline")
         token = ns.token or os.environ.get("RETRYQUEUE_DASHBOARD_TOKEN") or None
-        config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
-        check_bind(config)
-        # The dashboard opens Redis and the store when first asked: a bad setting
-        # is said now, in one line, rather than on every page.
-        load_config(settings)
-        load_store_config(settings)
+        with naming_options(ns):
+            config = load_dashboard_config(settings, host=ns.host, port=ns.port, token=token)
+            check_bind(config)
+            # The dashboard opens Redis and the store when first asked: a bad setting
+            # is said now, in one line, rather than on every page.
+            load_config(settings)
+            load_store_config(settings)
         sock = listen(config.host, config.port)
         try:
             app = create_app(settings, config=config)
@@ -262,14 +298,25 @@ class Command(BaseCommand):
         print("dashboard stopped", file=sys.stderr)
         return 0
 
+    def _settings(self, ns: argparse.Namespace) -> int:
+        from ._settings import render_json, render_table, report, with_spider
+
+        assert self.settings is not None
+        shown = report(with_spider(self.settings, ns.spider), changed=ns.changed)
+        print(render_json(shown) if ns.json else render_table(shown))
+        if shown["error"]:
+            # The one line a crawl with these settings would stop at.
+            raise CommandFailed(shown["error"])
+        return 0
+
     def _writer(self, ns: argparse.Namespace) -> int:
         from ..view.sources import Sources
         from ._writer import run_writer
 
         assert self.settings is not None
-        if not ns.rescan > 0:
-            raise CommandFailed(f"--rescan must be > 0 seconds, got {ns.rescan:g}")
-        spiders = [s for value in ns.spider for s in value.split(",") if s]
+        check_seconds("--rescan", ns.rescan)
+        spiders = spider_names(ns.spider, every="serve every spider with events")
+        refuse_empty(ns, "--consumer")
         consumer = ns.consumer or f"{socket.gethostname()}:{os.getpid()}:writer"
         self._sources = Sources(self.settings)
         return run_writer(
@@ -279,6 +326,34 @@ class Command(BaseCommand):
             consumer=consumer,
             log_to_stderr=not self.settings.getbool("LOG_ENABLED"),
         )
+
+
+#: The dashboard's options and the settings they stand for.
+_DASHBOARD_OPTIONS = {
+    "host": "RETRYQUEUE_DASHBOARD_HOST",
+    "port": "RETRYQUEUE_DASHBOARD_PORT",
+    "token": "RETRYQUEUE_DASHBOARD_TOKEN",
+    "redis_url": "RETRYQUEUE_REDIS_URL",
+    "database_url": "RETRYQUEUE_DATABASE_URL",
+}
+
+
+@contextlib.contextmanager
+def naming_options(ns: argparse.Namespace) -> Iterator[None]:
+    """A bad value given as an option is said with the option beside its setting's
+    name (``RETRYQUEUE_DASHBOARD_PORT (--port) must be 0-65535``): the person typed
+    the option, the check knows the setting."""
+    try:
+        yield
+    except ConfigError as exc:
+        message = str(exc)
+        for dest, setting in _DASHBOARD_OPTIONS.items():
+            option = "--" + dest.replace("_", "-")
+            given = getattr(ns, dest, None) is not None
+            if given and message.startswith(setting + " ") and f"({option})" not in message:
+                message = f"{setting} ({option}){message[len(setting) :]}"
+                break
+        raise CommandFailed(message) from None
 
 
 def server_config(app: Any, config: DashboardConfig) -> Any:

@@ -69,14 +69,25 @@ def project_directory() -> Path:
     working directory outside a project); a per-user directory named after the
     project where a project runs without ``scrapy.cfg`` in reach, as Scrapyd
     runs an egg: Scrapy then refuses to name a data dir.
-    """
-    from scrapy.exceptions import NotConfigured
-    from scrapy.utils.project import data_path
 
-    try:
-        return Path(data_path("retryqueue", createdir=False))
-    except NotConfigured:
+    Only named, never made: what writes there makes it. Scrapy's own
+    ``data_path(..., createdir=False)`` makes the project's ``.scrapy`` all the
+    same, so a command refused for a bad argument, or one that only looks
+    (``scrapy retryqueue server status``), would leave a folder behind. Its
+    rules are followed here instead (scrapy.utils.project.project_data_dir).
+    """
+    from scrapy.utils.conf import closest_scrapy_cfg, get_config
+    from scrapy.utils.project import DATADIR_CFG_SECTION, inside_project
+
+    if not inside_project():
+        return Path(".scrapy", "retryqueue")
+    config = get_config()
+    if config.has_option(DATADIR_CFG_SECTION, "default"):
+        return Path(config.get(DATADIR_CFG_SECTION, "default"), "retryqueue")
+    scrapy_cfg = closest_scrapy_cfg()
+    if not scrapy_cfg:
         return user_directory(os.environ.get("SCRAPY_PROJECT") or "default")
+    return (Path(scrapy_cfg).parent / ".scrapy").resolve() / "retryqueue"
 
 
 def user_directory(project: str) -> Path:

@@ -1,7 +1,7 @@
 """Changes people make to dead letters and waiting tasks: requeue, purge, retry now, cancel.
 
 Shared by ``scrapy deadletters`` and the dashboard, which differ only in how
-they pick the tasks (:class:`~.queries.Filters`) and report the outcome. The
+they pick the tasks (:class:`~.filters.Filters`) and report the outcome. The
 queue side goes through :class:`~scrapy_retryqueue.queue.delayed.RedisDelayedQueue`
 (its events tell the store writer); the store side is written here.
 """
@@ -23,8 +23,9 @@ from ..queue.envelope import task_from_json
 from ..settings.defaults import FINAL_TASK_STATUSES
 from ..values import now_ms
 from .db import Store
+from .filters import Filters
 from .models import tasks_table
-from .queries import Filters, chunks
+from .queries import chunks
 
 #: Statuses each action can change; other matching rows are left alone.
 ACTION_STATUSES: dict[str, tuple[str, ...]] = {

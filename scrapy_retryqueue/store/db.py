@@ -355,18 +355,7 @@ class Store:
 
     def upgrade_sql(self, revision: str = "head") -> str:
         """The SQL that :meth:`upgrade` runs from an empty database (offline mode)."""
-        import io
-
-        with alembic_at_debug():
-            from alembic import command
-
-        buffer = io.StringIO()
-        cfg = alembic_config(self._script_location)
-        cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
-        cfg.output_buffer = buffer
-        with alembic_at_debug():
-            command.upgrade(cfg, revision, sql=True)
-        return buffer.getvalue()
+        return upgrade_sql(self.url, revision, script_location=self._script_location)
 
     @contextlib.contextmanager
     def _schema_lock(self) -> Iterator[None]:
@@ -390,3 +379,30 @@ class Store:
                     fcntl.flock(lock, fcntl.LOCK_UN)
         else:
             yield
+
+
+def upgrade_sql(url: str, revision: str = "head", *, script_location: str = SCRIPT_LOCATION) -> str:
+    """The SQL that :meth:`Store.upgrade` runs on an empty database of *url*'s dialect
+    (Alembic's offline mode): nothing is connected to, no SQLite file is made."""
+    import io
+
+    with alembic_at_debug():
+        from alembic import command
+
+    buffer = io.StringIO()
+    cfg = alembic_config(script_location)
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.output_buffer = buffer
+    with alembic_at_debug():
+        command.upgrade(cfg, revision, sql=True)
+    return buffer.getvalue()
+
+
+def code_head(script_location: str = SCRIPT_LOCATION) -> str:
+    """The schema revision this code writes (:attr:`Store.head`), without a database."""
+    with alembic_at_debug():
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory.from_config(alembic_config(script_location)).get_current_head()
+    assert head is not None
+    return head
