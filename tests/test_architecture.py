@@ -120,3 +120,69 @@ def test_a_cycle_of_three_modules_is_found_once(
     assert import_cycles(name) == [
         (f"{name}.rooms.x", f"{name}.rooms.y", f"{name}.rooms.z"),
     ]
+
+
+# -- the rooms as docs/architecture.md maps them ----------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = ROOT / PACKAGE
+#: The most lines a module may hold: one past this holds more than one concern
+#: (the house rule is ~500; the margin keeps a module from creeping up to it).
+MODULE_LINES_MAX = 500
+
+
+def package_modules() -> list[str]:
+    """Every module of the package as a path below it, migrations (Alembic's) aside."""
+    return sorted(
+        p.relative_to(PACKAGE_DIR).as_posix()
+        for p in PACKAGE_DIR.rglob("*.py")
+        if "migrations" not in p.parts
+    )
+
+
+def modules_named_in(doc: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", doc))
+
+
+def test_every_module_is_in_the_architecture_map() -> None:
+    named = modules_named_in((ROOT / "docs" / "architecture.md").read_text("utf-8"))
+    # A room's __init__ is its section's heading; the others each have their row.
+    missing = [
+        m
+        for m in package_modules()
+        if m not in named and not (m.endswith("/__init__.py") and m.count("/") == 1)
+    ]
+    assert missing == [], f"docs/architecture.md does not name {missing}"
+
+
+def test_the_architecture_map_names_no_module_that_is_gone() -> None:
+    named = modules_named_in((ROOT / "docs" / "architecture.md").read_text("utf-8"))
+    gone = [m for m in sorted(named) if not (PACKAGE_DIR / m).exists() and not (ROOT / m).exists()]
+    assert gone == [], f"docs/architecture.md names modules that do not exist: {gone}"
+
+
+def test_the_map_check_sees_a_module_it_does_not_name() -> None:
+    assert modules_named_in("| `queue/keys.py` | key names |") == {"queue/keys.py"}
+    assert "queue/delayed.py" not in modules_named_in("| `queue/keys.py` | key names |")
+
+
+def test_no_module_holds_more_than_one_concerns_worth_of_lines() -> None:
+    long = {
+        m: n
+        for m in package_modules()
+        if (n := len((PACKAGE_DIR / m).read_text("utf-8").splitlines())) > MODULE_LINES_MAX
+    }
+    assert long == {}, f"split these by responsibility: {long}"
+
+
+def test_every_module_says_its_one_concern_in_its_first_line() -> None:
+    import ast
+
+    silent = [
+        m
+        for m in package_modules()
+        if not (ast.get_docstring(ast.parse((PACKAGE_DIR / m).read_text("utf-8"))) or "").strip()
+    ]
+    assert silent == [], f"modules without a docstring naming their concern: {silent}"

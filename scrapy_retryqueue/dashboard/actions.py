@@ -19,7 +19,7 @@ from ..store.service import event_sync
 from .errors import DashboardError
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .connections import Connections
 
 ACTIONS = actions.ACTIONS
 
@@ -31,7 +31,7 @@ def applicable(action: str, filters: Filters) -> Filters:
     return actions.applicable(action, filters)
 
 
-def count_for(backend: Backend, action: str, filters: Filters) -> int:
+def count_for(backend: Connections, action: str, filters: Filters) -> int:
     """How many tasks *action* would touch."""
     narrowed = applicable(action, filters)
     with backend.store().connect() as conn:
@@ -39,7 +39,7 @@ def count_for(backend: Backend, action: str, filters: Filters) -> int:
 
 
 def run(
-    backend: Backend, action: str, filters: Filters, *, dry_run: bool = False
+    backend: Connections, action: str, filters: Filters, *, dry_run: bool = False
 ) -> dict[str, Any]:
     """Apply *action* to the matching tasks it applies to; says how many it touched."""
     narrowed = applicable(action, filters)
@@ -93,7 +93,7 @@ def run(
     return result
 
 
-def sync(backend: Backend, client: Any, spiders: set[str]) -> None:
+def sync(backend: Connections, client: Any, spiders: set[str]) -> None:
     """Write the spiders' waiting events into the store now, so the change shows."""
     sources = backend.sources()
     store = backend.store()

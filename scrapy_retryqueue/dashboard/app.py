@@ -23,11 +23,12 @@ from .api import ASCIIJSONResponse, add_api
 from .auth import Sessions, WrongTokens
 from .backend import Backend
 from .errors import DashboardError
-from .guard import CSRF_COOKIE, SESSION_COOKIE, Guard, add_sign_in
+from .guard import CSRF_COOKIE, SESSION_COOKIE, Guard
 from .hosts import AllowedHosts, HostCheck
 from .pages import CSP, Renderer, add_pages
 from .params import STATUSES, filter_query_for, validation_message, validation_status
 from .settings import DashboardConfig, load_dashboard_config
+from .signin import add_sign_in
 
 #: CSS, JavaScript and the icon, served under /static: nothing comes from a CDN.
 STATIC = Path(__file__).resolve().parent / "static"

@@ -2,24 +2,20 @@
 
 No web framework here: plain data in, plain data (JSON-ready dicts) out, so the
 HTML pages, the JSON API, /metrics and the tests share one implementation.
-:class:`Backend` holds the connections; each question is answered by its own
+:class:`Backend` holds the connections (:mod:`.connections`); each question is answered by its own
 module: :mod:`.overview`, :mod:`.recovery`, :mod:`.tasks` (reads) and
 :mod:`.actions` (changes). Redis is read through :mod:`scrapy_retryqueue.view.live`.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import kinds_setting, secret_headers_setting
-from ..exceptions import ConfigError, RetryQueueError
-from ..store.db import Store
 from ..store.queries import Filters
-from ..view.sources import Sources
 from . import actions, overview, recovery, tasks
 from .actions import ACTIONS
+from .connections import Connections
 from .errors import DashboardError
 from .filters import FILTER_NAMES, parse_filters
 from .overview import WINDOWS, percentile
@@ -38,59 +34,8 @@ __all__ = [
 ]
 
 
-class Backend:
-    """Opens the store and Redis on first use (never at construction) and keeps them."""
-
-    def __init__(self, settings: Any, *, secret_headers: frozenset[str] | None = None) -> None:
-        self.settings = settings
-        #: Header names whose values no answer shows (RETRYQUEUE_SECRET_HEADERS).
-        self.secret_headers = (
-            secret_headers
-            if secret_headers is not None
-            else secret_headers_setting(settings if settings is not None else {})
-        )
-        #: The built-in kinds and RETRYQUEUE_KINDS': what a filter may name, and
-        #: which kinds are retried (the success rate counts only those).
-        self.kind_table = kinds_setting(settings if settings is not None else {})
-        self.known_kinds: tuple[str, ...] = self.kind_table.names
-        self._sources: Sources | None = None
-        self._lock = threading.Lock()
-
-    # -- connections -------------------------------------------------------------
-
-    def sources(self) -> Sources:
-        with self._lock:
-            if self._sources is None:
-                try:
-                    self._sources = Sources(self.settings)
-                except ConfigError as exc:
-                    raise DashboardError(str(exc), 500) from None
-            return self._sources
-
-    def store(self) -> Store:
-        sources = self.sources()
-        try:
-            return sources.store()
-        except RetryQueueError as exc:  # SourceError, StoreError: no store to read
-            raise DashboardError(str(exc), 503) from None
-
-    @property
-    def project(self) -> str:
-        """The namespace of the spiders' keys (RETRYQUEUE_NAMESPACE, else BOT_NAME)."""
-        return self.sources().config.namespace
-
-    def redis(self) -> Any:
-        """A Redis client, or None when the embedded server is not running."""
-        sources = self.sources()
-        try:
-            return sources.redis(start_embedded=False)
-        except RetryQueueError as exc:  # SourceError: Redis does not answer
-            raise DashboardError(str(exc), 503) from None
-
-    def close(self) -> None:
-        if self._sources is not None:
-            self._sources.close()
-            self._sources = None
+class Backend(Connections):
+    """The connections, and one method per question the app asks of the data."""
 
     # -- reads -------------------------------------------------------------------
 

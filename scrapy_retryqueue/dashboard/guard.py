@@ -3,27 +3,24 @@
 Writes need the token: ``Authorization: Bearer <token>`` on the API, or the session
 cookie a sign-in sets plus the ``X-CSRF-Token`` header (double submit of the
 ``rq_csrf`` cookie) from the pages' JavaScript. A write is checked before its body is
-read (:class:`WriteRoute`). The sign-in and sign-out forms are here too; what they
-keep (sessions, the wait after wrong tokens) is :mod:`.auth`'s, and who a client is,
-:mod:`.clients`'.
+read (:class:`WriteRoute`). The sign-in and sign-out forms are :mod:`.signin`'s; what
+they keep (sessions, the wait after wrong tokens) is :mod:`.auth`'s, and who a client
+is, :mod:`.clients`'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Any
 
-from fastapi import FastAPI, Form, HTTPException, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import HTTPException, Request
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from .auth import Sessions, WrongTokens, same
 from .clients import ClientResolver
 from .settings import DashboardConfig
-
-if TYPE_CHECKING:
-    from .pages import Renderer
 
 SESSION_COOKIE = "rq_session"
 CSRF_COOKIE = "rq_csrf"
@@ -115,49 +112,3 @@ class WriteRoute(APIRoute):
             return await handler(request)
 
         return guarded
-
-
-def add_sign_in(app: FastAPI, guard: Guard, page: Renderer) -> None:
-    """The sign-in page and form, and sign-out: a session cookie for the pages' writes."""
-    config, sessions = guard.config, guard.sessions
-
-    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
-    async def login_page(request: Request) -> Any:
-        return page(request, "login.html", error=None)
-
-    @app.post("/login", include_in_schema=False)
-    async def login(
-        request: Request,
-        token: Annotated[str, Form()] = "",
-        csrf: Annotated[str, Form()] = "",
-    ) -> Any:
-        if not same(csrf, request.cookies.get(CSRF_COOKIE)):
-            raise HTTPException(403, "cross-site request refused: reload the sign-in page")
-        if config.token is None:
-            return page(request, "login.html", 403, error=READ_ONLY)
-        try:
-            right = guard.token_is_right(request, token)
-        except HTTPException as exc:  # waiting after wrong tokens
-            return page(request, "login.html", exc.status_code, exc.headers, error=exc.detail)
-        if not right:
-            return page(request, "login.html", 401, error="wrong token")
-        response = RedirectResponse("/", status_code=303)
-        sessions.revoke(request.cookies.get(SESSION_COOKIE))
-        response.set_cookie(
-            SESSION_COOKIE,
-            sessions.new(),
-            max_age=int(config.session_ttl),
-            httponly=True,
-            samesite="strict",
-            path="/",
-        )
-        return response
-
-    @app.post("/logout", include_in_schema=False)
-    async def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Any:
-        if not same(csrf, request.cookies.get(CSRF_COOKIE)):
-            raise HTTPException(403, "cross-site request refused")
-        sessions.revoke(request.cookies.get(SESSION_COOKIE))
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
-        return response

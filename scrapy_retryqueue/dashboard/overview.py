@@ -24,7 +24,7 @@ from .filters import checked_spiders
 from .times import ms_iso
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .connections import Connections
 
 #: How far back the chart looks (seconds), and how many buckets it has at most.
 WINDOWS = {"hour": (3600, 60), "day": (86400, 144)}
@@ -39,7 +39,7 @@ CHART_MAX_EVENTS = 200_000
 RECOVERY_SAMPLE = 20_000
 
 
-def read(backend: Backend, window: str = "hour", spiders: Sequence[str] = ()) -> dict[str, Any]:
+def read(backend: Connections, window: str = "hour", spiders: Sequence[str] = ()) -> dict[str, Any]:
     """Totals, breakdowns and the chart, of every spider or of *spiders*."""
     if window not in WINDOWS:
         raise DashboardError(f"window must be one of {', '.join(WINDOWS)}, got {shown(window)}")
@@ -134,7 +134,7 @@ def read(backend: Backend, window: str = "hour", spiders: Sequence[str] = ()) ->
 
 
 def _history(
-    backend: Backend, spiders: Sequence[str]
+    backend: Connections, spiders: Sequence[str]
 ) -> tuple[int, dict[str, int], dict[str, list[float]]]:
     """Failures first seen today, recovered tasks by kind, and the times to recover
     (seconds, sorted) of the newest RECOVERY_SAMPLE recovered tasks, by kind."""

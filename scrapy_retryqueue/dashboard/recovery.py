@@ -30,11 +30,11 @@ from .filters import MAX_OVERVIEW_SPIDERS, checked_spiders
 from .times import ms_iso
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .connections import Connections
 
 
 def read(
-    backend: Backend,
+    backend: Connections,
     spiders: Sequence[str] = (),
     kinds: Sequence[str] = (),
     domains: Sequence[str] = (),

@@ -26,7 +26,7 @@ from .settings import MAX_PAGE_SIZE
 from .times import iso, ms_iso
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .connections import Connections
 
 #: Columns of the tasks table, and the ones it can be sorted by.
 LIST_COLUMNS = (
@@ -73,7 +73,7 @@ _URL_COLUMNS = frozenset({"url", "first_error_message", "last_error_message"})
 
 
 def listing(
-    backend: Backend,
+    backend: Connections,
     filters: Filters,
     *,
     sort: str = "id",
@@ -120,7 +120,7 @@ def listing(
     }
 
 
-def one(backend: Backend, ident: str) -> dict[str, Any]:
+def one(backend: Connections, ident: str) -> dict[str, Any]:
     """One task by row id or task id: the row, live state, request and timeline."""
     c = tasks_table.c
     try:
