@@ -13,7 +13,8 @@ project's embedded server is that Redis (all nodes run on this machine). With
 instead, and the frontier stays on --redis-url: scrapy-redis's frontier cannot
 live on a cluster (its scheduler uses MULTI and keys of many slots). With
 --late N, the last node starts N seconds after the others have begun crawling
-(their shared frontier holds a request) and joins a crawl in progress. At the end it prints, per node, what it fetched, parsed and retried,
+(their shared frontier holds a request) and joins a crawl in progress (one that
+finished by then it leaves alone: it crawls nothing). At the end it prints, per node, what it fetched, parsed and retried,
 then the totals: pages parsed more than once (duplicates) and pages that never
 got their final answer (lost).
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scrapy_retryqueue.decision import kinds
-from scrapy_retryqueue.queue.frontier import Entry, RedisFrontier
+from scrapy_retryqueue.queue.frontier import Entry, Finished, Joined, RedisFrontier
 from scrapy_retryqueue.queue.keys import frontier_keys, keys_for
 
 
@@ -183,6 +183,7 @@ def test_the_frontier_passes_keys_in_the_order_each_header_documents(
     f.release({"fp3": "t"})
     f.reap(now=0, max_reclaims=1)
     f.finish(alive_after=0)
+    f.join("n", now=0, restart=False, started=0)
     assert set(passed) == set(FRONTIER_SCRIPT_NAMES)
     keys = keys_for(spider_name)
     special = {
@@ -219,6 +220,80 @@ def test_a_finished_crawl_forgets_what_its_frontier_saw(
     # That node's heartbeat is old: it died. The crawl is over.
     assert f.finish(alive_after=6000) is True
     assert f.push([_entry(1)]) == [True]
+
+
+def test_a_crawl_that_ran_out_of_work_is_marked_and_a_node_joining_after_it_is_refused(
+    redis_client: Any, spider_name: str
+) -> None:
+    f = _frontier(redis_client, spider_name)
+    keys = keys_for(spider_name)
+    f.push([_entry(1)])
+    f.ack({i: "t" for i, _ in f.lease(limit=1, lease_until=10**13, token="t").requests})
+    assert f.finish(alive_after=0, mark=Finished(5000, "node-1")) is True
+    assert redis_client.get(keys.frontier_finished) == b"5000 node-1"
+    # A node that starts then crawls nothing: it is not even registered.
+    refused = Joined(Finished(5000, "node-1"), refused=True)
+    assert f.join("node-2", now=6000, restart=False, started=5500) == refused
+    # Asked to start a new crawl, a node started before the finish came late to that
+    # crawl: refused too (a fleet launched with the setting on every node).
+    assert f.join("node-2", now=6000, restart=True, started=4000) == refused
+    assert f.join("node-2", now=6000, restart=True, started=5000) == refused
+    assert not redis_client.hexists(keys.nodes, "node-2")
+    assert redis_client.exists(keys.frontier_finished)
+    # A node started after it starts a new crawl: the mark goes, the node registers.
+    restarted = f.join("node-2", now=7000, restart=True, started=5001)
+    assert restarted == Joined(Finished(5000, "node-1"), refused=False)
+    assert not redis_client.exists(keys.frontier_finished)
+    assert redis_client.hget(keys.nodes, "node-2") == b"7000 7000 7000"
+    assert f.push([_entry(1)]) == [True]  # what the last crawl saw is forgotten
+    assert f.join("node-3", now=7000, restart=False, started=1) == Joined()
+
+
+def test_a_node_joining_a_crawl_as_it_ends_keeps_it_open(
+    redis_client: Any, spider_name: str
+) -> None:
+    # The frontier is empty and nothing is pending: the last node leaves. A node that
+    # joins at that instant registers in the same step as its check, so the leaving
+    # node finds it crawling and marks nothing; the newcomer finishes it in its turn.
+    f = _frontier(redis_client, spider_name)
+    keys = keys_for(spider_name)
+    f.push([_entry(1)])
+    f.ack({i: "t" for i, _ in f.lease(limit=1, lease_until=10**13, token="t").requests})
+    assert f.join("late", now=10_000, restart=False, started=9000) == Joined()
+    assert f.finish(alive_after=9500, mark=Finished(10_001, "first")) is False
+    assert not redis_client.exists(keys.frontier_finished)
+    assert f.push([_entry(1)]) == [False]  # still seen: the newcomer fetches nothing twice
+    redis_client.hdel(keys.nodes, "late")
+    assert f.finish(alive_after=9500, mark=Finished(10_002, "late")) is True
+    assert redis_client.get(keys.frontier_finished) == b"10002 late"
+
+
+def test_a_crawl_over_when_its_node_was_stopped_is_not_marked(
+    redis_client: Any, spider_name: str
+) -> None:
+    # Ctrl-C, CLOSESPIDER_*: the spider did not run out of work (its start requests
+    # may not all be in), so the next crawl starts afresh rather than being refused.
+    f = _frontier(redis_client, spider_name)
+    keys = keys_for(spider_name)
+    f.push([_entry(1)])
+    f.ack({i: "t" for i, _ in f.lease(limit=1, lease_until=10**13, token="t").requests})
+    assert f.finish(alive_after=0) is True
+    assert not redis_client.exists(keys.frontier_finished)
+    assert f.join("next", now=1, restart=False, started=0) == Joined()
+    assert f.push([_entry(1)]) == [True]
+
+
+def test_a_mark_this_version_did_not_write_still_marks_the_crawl_finished(
+    redis_client: Any, spider_name: str
+) -> None:
+    keys = keys_for(spider_name)
+    redis_client.set(keys.frontier_finished, b"\xff not a time")
+    f = _frontier(redis_client, spider_name)
+    refused = f.join("n", now=1, restart=False, started=1)
+    assert refused.refused and refused.finished is not None and refused.finished.at == 0
+    # Finished at an unknown time: long before any node started, so it can restart.
+    assert not f.join("n", now=1, restart=True, started=1).refused
+    assert not redis_client.exists(keys.frontier_finished)
 
 
 def test_the_frontier_keeps_its_keys_in_the_projects_namespace(

@@ -19,8 +19,8 @@ from scrapy_retryqueue.queue.envelope import (
     frontier_request_from_json,
     frontier_request_to_json,
 )
-from scrapy_retryqueue.queue.frontier import Entry, Leased
-from scrapy_retryqueue.runtime.frontier import Frontier, FrontierResult
+from scrapy_retryqueue.queue.frontier import Entry, Finished, Joined, Leased
+from scrapy_retryqueue.runtime.frontier import Frontier, FrontierResult, finished_line
 
 
 class _Spider(Spider):
@@ -30,18 +30,28 @@ class _Spider(Spider):
         pass
 
 
-def _frontier(**settings: Any) -> Frontier:
+def _frontier(*, joined: bool = True, **settings: Any) -> Frontier:
+    """A node's frontier; *joined*: its first round trip (the join) is behind it."""
     serial = itertools.count()
     config = load_config(Settings({"CONCURRENT_REQUESTS": 4, **settings}))
-    return Frontier(config, lambda: f"n:a:{next(serial)}")
+    frontier = Frontier(config, lambda: f"n:a:{next(serial)}")
+    frontier.joined = joined
+    return frontier
 
 
 class _Store:
     """Records what a round trip asks of Redis; answers as a healthy frontier would."""
 
-    def __init__(self, leased: list[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self, leased: list[tuple[str, str]] | None = None, joined: Joined | None = None
+    ) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.leased = leased or []
+        self.joined = joined or Joined()
+
+    def join(self, node_id: str, *, now: int, restart: bool, started: int) -> Joined:
+        self.calls.append(("join", (node_id, restart, started)))
+        return self.joined
 
     def push(self, entries: list[Entry]) -> list[bool]:
         self.calls.append(("push", [e.id for e in entries]))
@@ -113,6 +123,63 @@ def test_one_round_trip_writes_pushes_before_acks_then_leases() -> None:
     assert [r[0] for r in f.ready] == ["d"] and f.outbox == [] and f.done == {}
     assert (f.waiting, f.leased) == (3, 4)
     assert len(f) == 1 + 3
+
+
+def test_the_first_round_trip_joins_the_fleets_crawl_before_it_pushes() -> None:
+    f = _frontier(joined=False, RETRYQUEUE_NODE_ID="node-9", RETRYQUEUE_FRONTIER_RESTART=True)
+    f.outbox = [Entry("c", "c", 0, "{}")]
+    store = _Store()
+    result = f.io(store, maintain=False, lease=True)()  # type: ignore[arg-type]
+    assert [name for name, _ in store.calls] == ["join", "push", "lease"]
+    assert store.calls[0] == ("join", ("node-9", True, f.started))
+    f.landed(result)
+    assert f.joined and f.refused is None
+    again = _Store()
+    f.io(again, maintain=False, lease=True)()  # type: ignore[arg-type]
+    assert [name for name, _ in again.calls] == ["lease"]
+
+
+def test_a_node_that_finds_the_crawl_finished_writes_nothing_and_drops_what_it_has() -> None:
+    f = _frontier(joined=False)
+    f.outbox = [Entry("c", "c", 0, "{}")]
+    f.local.append(Request("http://x/unstorable"))
+    finished = Finished(1_700_000_000_000, "node-1")
+    store = _Store(leased=[("d", "{}")], joined=Joined(finished, refused=True))
+    result = f.io(store, maintain=True, lease=True)()  # type: ignore[arg-type]
+    assert [name for name, _ in store.calls] == ["join"]
+    f.landed(result)
+    assert f.refused == finished
+    assert len(f) == 0 and not f.holds
+
+
+def test_a_join_that_did_not_land_is_tried_again() -> None:
+    f = _frontier(joined=False)
+    f.io(_Store(), maintain=False, lease=True)  # type: ignore[arg-type]
+    f.failed()
+    store = _Store()
+    f.io(store, maintain=False, lease=True)()  # type: ignore[arg-type]
+    assert store.calls[0][0] == "join"
+
+
+def test_a_spider_fed_from_redis_neither_joins_nor_is_refused() -> None:
+    f = _frontier(joined=False)
+    f.seeds = False
+    store = _Store()
+    f.io(store, maintain=False, lease=True)()  # type: ignore[arg-type]
+    assert [name for name, _ in store.calls] == ["lease"]
+
+
+def test_the_line_of_a_node_that_finds_the_crawl_finished_says_when_and_what_to_do() -> None:
+    at = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
+    finished = Finished(at, "node-1")
+    refused = finished_line("s", Joined(finished, refused=True), started=at + 1, restart=False)
+    assert "'s' on the leased frontier finished at 2023-11-14 22:13:20 UTC (" in refused
+    assert "d ago, on node node-1); this node crawls nothing." in refused
+    assert refused.endswith("run it with -s RETRYQUEUE_FRONTIER_RESTART=True")
+    late = finished_line("s", Joined(finished, refused=True), started=at - 1, restart=True)
+    assert "after this node started: the node came too late to that crawl" in late
+    restarted = finished_line("s", Joined(finished), started=at + 1, restart=True)
+    assert restarted.endswith("; this node starts a new crawl of it (RETRYQUEUE_FRONTIER_RESTART)")
 
 
 def test_what_redis_did_not_take_waits_for_the_next_round_trip() -> None:

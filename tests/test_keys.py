@@ -43,6 +43,7 @@ def test_key_names():
     assert keys.frontier_leased == "retryqueue:{quotes}:frontier:leased"
     assert keys.frontier_seen == "retryqueue:{quotes}:frontier:seen"
     assert keys.frontier_quarantine == "retryqueue:{quotes}:frontier:quarantine"
+    assert keys.frontier_finished == "retryqueue:{quotes}:frontier:finished"
     assert keys.budget == "retryqueue:{quotes}:budget"
 
 
@@ -55,7 +56,7 @@ def test_all_keys_lists_every_key_once():
         if k not in ("spider", "project")
     ]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 26
+    assert len(set(listed)) == len(listed) == 27
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])
@@ -143,7 +144,7 @@ def test_a_scan_pattern_names_a_key_of_the_namespace():
 def test_the_frontiers_keys_follow_the_project_namespace(project):
     keys = keys_for("quotes", project)
     listed = frontier_keys(keys)
-    assert len(listed) == 9 and set(listed) <= set(all_keys(keys))
+    assert len(listed) == 10 and set(listed) <= set(all_keys(keys))
     assert keys.frontier_requests == f"{keys.namespace}:frontier:requests"
     for key in listed:
         assert key.startswith(f"{keys.namespace}:frontier")

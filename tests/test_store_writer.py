@@ -31,7 +31,8 @@ from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.queue.keys import all_keys, keys_for
 from scrapy_retryqueue.store.db import Store
 from scrapy_retryqueue.store.redisops import EventStream
-from scrapy_retryqueue.store.sync import EventSync, Prepared, apply_retention
+from scrapy_retryqueue.store.retention import apply_retention
+from scrapy_retryqueue.store.sync import EventSync, Prepared
 from scrapy_retryqueue.store.writer import (
     Event,
     build_batch,
@@ -416,7 +417,8 @@ def test_a_sqlite_store_is_written_without_loading_the_postgresql_dialect(
     code = (
         "import json, sys, redis\n"
         "from scrapy_retryqueue.store.db import Store\n"
-        "from scrapy_retryqueue.store.sync import EventSync, apply_retention\n"
+        "from scrapy_retryqueue.store.retention import apply_retention\n"
+        "from scrapy_retryqueue.store.sync import EventSync\n"
         f"store = Store({database_url!r})\n"
         "store.ensure_schema()\n"
         f"client = redis.Redis.from_url({redis_url!r})\n"
@@ -560,6 +562,21 @@ def test_dead_letters_whose_events_were_trimmed_are_swept_into_the_store(
     assert queue.client.zcard(queue.keys.dead) == 0
     # A second sweep finds nothing, and leaves a dead letter it cannot place.
     assert sync.sweep_dead(older_than_ms=T0 + 10) == 0
+
+
+def test_a_sweep_with_a_deadline_stops_between_batches(
+    store: Store, queue: RedisDelayedQueue, make_task: MakeTask, make_sync: Callable[..., EventSync]
+) -> None:
+    # A closing crawl's sweep is bounded like the rest of its flush: a batch in
+    # hand is written, then a passed deadline stops it; the rest waits in Redis.
+    for n in range(5):
+        queue.deadletter(make_task(f"d{n}", kind="forbidden"), None, now=T0 + n)
+    queue.client.xtrim(queue.keys.events, maxlen=0)
+    sync = make_sync(batch_size=2)
+    assert sync.sweep_dead(older_than_ms=T0 + 10, deadline=time.monotonic() - 1) == 2
+    assert queue.client.zcard(queue.keys.dead) == 3
+    assert sync.sweep_dead(older_than_ms=T0 + 10) == 3
+    assert queue.client.zcard(queue.keys.dead) == 0
 
 
 def test_the_sweep_finds_the_dead_kind_beside_the_envelope_or_in_an_older_one(

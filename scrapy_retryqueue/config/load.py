@@ -87,6 +87,7 @@ def load_config(settings: Any) -> Config:
         redis_client_settings=scrapy_redis_client_settings(settings),
         start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
         fleet_wait=float(number_setting(settings, "RETRYQUEUE_FLEET_WAIT")),
+        frontier_restart=bool_setting(settings, "RETRYQUEUE_FRONTIER_RESTART"),
         secret_headers=secret_headers_setting(settings),
         encryption=encryption_setting(settings),
         wait_log_interval=float(

@@ -110,3 +110,5 @@ class Config:
     retry_budget: float = defaults.RETRY_BUDGET
     retry_budget_floor: float = defaults.RETRY_BUDGET_FLOOR
     retry_budget_window: float = defaults.RETRY_BUDGET_WINDOW
+    #: RETRYQUEUE_FRONTIER_RESTART: start a new crawl after a finished one (frontier).
+    frontier_restart: bool = False

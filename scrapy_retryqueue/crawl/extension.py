@@ -25,6 +25,7 @@ from ..decision.classify import failure_for_kind
 from ..exceptions import EncryptionKeyError
 from ..runtime import PollResult, RetryQueueRuntime, ShutdownTrigger, runtime_for
 from ..settings.defaults import (
+    FINISH_REASON_FLEET_FINISHED,
     FINISH_REASON_KEY_MISSING,
     FINISH_REASON_WORK_LEFT,
     META_ITEM,
@@ -90,6 +91,8 @@ class RetryQueueExtension:
             return
         self._shutdown.arm()
         await self.runtime.open(spider)
+        if self.runtime.frontier_finished:  # the fleet's crawl is over: crawl nothing
+            raise CloseSpider(FINISH_REASON_FLEET_FINISHED)
         self.tick()
 
     def _reactor_stops(self) -> defer.Deferred[None] | None:
@@ -132,7 +135,7 @@ class RetryQueueExtension:
         if self._ticking is not None:
             # Its claims must be known before the node releases what it holds.
             await maybe_deferred_to_future(self._ticking)
-        await self.runtime.close()
+        await self.runtime.close(reason)
         self.runtime.summary()
         pending = self.runtime.pending_at_close
         if pending is None:

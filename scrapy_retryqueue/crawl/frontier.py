@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
+from scrapy_redis.spiders import RedisMixin
 
 from ..runtime import RetryQueueRuntime, runtime_for
 
@@ -65,7 +66,9 @@ class LeasedPriorityQueue:
                 dupefilter,
                 f"{__name__}.{FrontierDupeFilter.__name__}",
             )
-        self.runtime.frontier_start(order=self.order)
+        # A scrapy-redis spider takes its start URLs from a Redis list, not from a
+        # start() that would seed a finished crawl again: no finish mark is its.
+        self.runtime.frontier_start(order=self.order, seeds=not isinstance(spider, RedisMixin))
 
     def __len__(self) -> int:
         return self.runtime.frontier_size

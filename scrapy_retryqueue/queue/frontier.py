@@ -33,6 +33,7 @@ FRONTIER_SCRIPT_NAMES = (
     "frontier_reap",
     "frontier_quarantine",
     "frontier_finish",
+    "frontier_join",
     # The retry queue's own: it renews any leases given their two keys.
     "renew",
 )
@@ -65,6 +66,36 @@ class Leased:
     leased: int = 0
     #: Ids in the frontier without a stored request, dropped.
     ghosts: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The mark of a fleet's crawl that finished: when (ms, the finishing node's
+    clock) and on which node."""
+
+    at: int
+    node: str
+
+    @classmethod
+    def parse(cls, raw: Any) -> Finished:
+        """*raw* as frontier_finish.lua writes it, ``"<ms> <node id>"``; one whose time
+        is not a number (this version did not write it) reads as finished at 0."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else as_text(raw)
+        at, _, node = text.partition(" ")
+        return cls(int(at) if at.isascii() and at.isdigit() else 0, node)
+
+    def text(self) -> str:
+        return f"{self.at} {self.node}"
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What a node starting on the frontier found (frontier_join.lua)."""
+
+    #: The crawl that finished: the node was refused (``refused``), or started a new
+    #: crawl after it; None when no crawl had finished.
+    finished: Finished | None = None
+    refused: bool = False
 
 
 class RedisFrontier:
@@ -182,13 +213,29 @@ class RedisFrontier:
             total += self._run(script, keys, args)
         return total
 
-    def finish(self, *, alive_after: int) -> bool:
+    def finish(self, *, alive_after: int, mark: Finished | None = None) -> bool:
         """Forget the seen fingerprints when the crawl is over (nothing waits or is
-        leased, no node with a heartbeat at or after *alive_after* still crawls)."""
+        leased, no node with a heartbeat at or after *alive_after* still crawls),
+        and then set *mark*, the crawl finished (None: the node was stopped)."""
         k = self.keys
         keys = [k.frontier, k.frontier_leased, k.frontier_seen, k.frontier_seq]
-        keys += [k.due, k.leased, k.nodes]
-        return bool(self._run("frontier_finish", keys, [alive_after]))
+        keys += [k.due, k.leased, k.nodes, k.frontier_finished]
+        args = [alive_after, mark.text() if mark is not None else ""]
+        return bool(self._run("frontier_finish", keys, args))
+
+    def join(self, node_id: str, *, now: int, restart: bool, started: int) -> Joined:
+        """Join the fleet's crawl as *node_id* (its heartbeat written), unless that
+        crawl finished; with *restart*, start a new one after a crawl that finished
+        before this node *started* (ms)."""
+        # The heartbeat of delayed.RedisDelayedQueue.heartbeat: registered, busy now.
+        beat = f"{now} {now} {now}"
+        args = [node_id, beat, "1" if restart else "0", started]
+        state, mark = self._run(
+            "frontier_join", [self.keys.frontier_finished, self.keys.nodes], args
+        )
+        if not int(state):
+            return Joined()
+        return Joined(Finished.parse(mark), refused=int(state) == 1)
 
     def counts(self) -> tuple[int, int]:
         """(waiting, leased) requests of the frontier."""

@@ -81,6 +81,9 @@ class Keys:
     frontier_quarantine: str
     #: STRING counter: the push order of the FIFO frontier
     frontier_seq: str
+    #: STRING "<finished ms> <node id>": the fleet's crawl on the frontier finished
+    #: (frontier_finish.lua); a node that starts then crawls nothing (frontier_join.lua)
+    frontier_finished: str
     #: HASH "<kind> <domain>" -> learned recovery record (decision/recovery.py): how long
     #: the domain's outages of that kind lasted, as weighted survival bins
     recovery: str
@@ -152,6 +155,7 @@ def keys_for(spider: str, project: str = "") -> Keys:
         frontier_seen=f"{base}:frontier:seen",
         frontier_quarantine=f"{base}:frontier:quarantine",
         frontier_seq=f"{base}:frontier:seq",
+        frontier_finished=f"{base}:frontier:finished",
         recovery=f"{base}:recovery",
         budget=f"{base}:budget",
     )
@@ -192,6 +196,7 @@ def frontier_keys(keys: Keys) -> list[str]:
         keys.frontier_seen,
         keys.frontier_quarantine,
         keys.frontier_seq,
+        keys.frontier_finished,
     ]
 
 

@@ -6,15 +6,18 @@ acknowledgement. One worker call (:meth:`Frontier.io`) writes the pushes
 first, then the acknowledgements, so a finished request's children are in
 Redis before it leaves; then it renews what this node holds, reaps the other
 expired leases (at polls), and leases the next batch, reading the frontier's counts.
+The node's first round trip joins the fleet's crawl before anything else, or
+finds that crawl finished, and then does nothing else.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..queue.frontier import Entry, Leased
+from ..queue.frontier import Entry, Finished, Joined, Leased
 from ..values import now_ms
 from .renewal import RenewalClock
 
@@ -43,6 +46,8 @@ class FrontierResult:
     lost: list[str] = field(default_factory=list)
     reclaimed: list[str] = field(default_factory=list)
     poisoned: list[str] = field(default_factory=list)
+    #: What the node's first round trip found when it joined (None: joined before).
+    joined: Joined | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +89,18 @@ class Frontier:
         self.leased = 0
         self._renewal = RenewalClock(config.lease_time)
         self._taken: _Taken | None = None
+        #: When this node started (ms): made with the crawl's components, before
+        #: any wait for Redis. A crawl that finished after it is one it came late to.
+        self.started = now_ms()
+        #: The spider seeds the crawl with its start requests (not a scrapy-redis
+        #: spider fed from a Redis list): a finished crawl is not seeded again.
+        self.seeds = True
+        #: The first round trip joined the fleet's crawl (or found it finished).
+        self.joined = False
+        #: The fleet's crawl finished before this node joined: it crawls nothing.
+        self.refused: Finished | None = None
+        #: The frontier was deleted during the crawl (SCHEDULER_PERSIST False).
+        self.cleared = False
 
     def __len__(self) -> int:
         """Requests the scheduler can still get: local, leased ahead, and the fleet's waiting."""
@@ -151,10 +168,18 @@ class Frontier:
         token = self._new_token()
         lease_ms = int(config.lease_time * 1000)
         max_reclaims = config.max_reclaims
+        join = self.seeds and not self.joined
 
         def io() -> FrontierResult:
             now_ = now_ms()
             result = FrontierResult(Leased(), token)
+            if join:
+                # Before the first push: a finished crawl is not seeded again.
+                result.joined = store.join(
+                    config.node_id, now=now_, restart=config.frontier_restart, started=self.started
+                )
+                if result.joined.refused:
+                    return result
             if taken.entries:
                 added = store.push(taken.entries)
                 result.pushed = sum(added)
@@ -178,6 +203,15 @@ class Frontier:
 
     def landed(self, result: FrontierResult) -> None:
         self._taken = None
+        if result.joined is not None:
+            self.joined = True
+            if result.joined.refused:
+                # Nothing of this node's reaches the frontier: what it took is dropped.
+                self.refused = result.joined.finished
+                self.ready.clear()
+                self.local.clear()
+                self.outbox.clear()
+                return
         self.waiting, self.leased = result.leased.waiting, result.leased.leased
         lost = set(result.lost)
         if lost:
@@ -219,18 +253,52 @@ def close_io(
     release: dict[str, str],
     *,
     alive_after: int,
+    mark: Finished | None,
 ) -> tuple[int, int, int, bool]:
     """The last round trip of a node: pushes, acks, quarantines, then hand back the
-    rest; a crawl found over forgets its seen fingerprints (frontier_finish.lua).
+    rest; a crawl found over forgets its seen fingerprints and, with *mark* (the
+    spider ran out of work), is marked finished (frontier_finish.lua).
 
-    Returns (pushed, acked, released, finished).
+    Returns (pushed, acked, released, over).
     """
     pushed = sum(store.push(entries)) if entries else 0
     acked = len(acks) - len(store.ack(acks)) if acks else 0
     if bad:
         store.quarantine(bad)
     released = store.release(release) if release else 0
-    return pushed, acked, released, store.finish(alive_after=alive_after)
+    return pushed, acked, released, store.finish(alive_after=alive_after, mark=mark)
+
+
+def finished_line(spider: str, joined: Joined, started: int, restart: bool) -> str:
+    """What a node joining the frontier found of the fleet's crawl that finished:
+    the one log line of a node refused, or of one that starts a new crawl."""
+    assert joined.finished is not None
+    at = joined.finished.at
+    when = datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    ago = max(0, now_ms() - at) // 1000
+    said = f"the crawl of spider {spider!r} on the leased frontier finished at {when}"
+    said += f" ({_duration(ago)} ago" + (
+        f", on node {joined.finished.node})" if joined.finished.node else ")"
+    )
+    if not joined.refused:
+        return f"{said}; this node starts a new crawl of it (RETRYQUEUE_FRONTIER_RESTART)"
+    if restart and at >= started:
+        return (
+            f"{said}, after this node started: the node came too late to that crawl and "
+            "crawls nothing (RETRYQUEUE_FRONTIER_RESTART starts a new crawl only after one "
+            "that finished before the node started)"
+        )
+    return (
+        f"{said}; this node crawls nothing. To crawl {spider!r} again from its start "
+        "requests, run it with -s RETRYQUEUE_FRONTIER_RESTART=True"
+    )
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def entry_for(request_id: str, fingerprint: str, request: Request, text: str) -> Entry:

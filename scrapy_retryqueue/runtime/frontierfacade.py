@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import EncryptionKeyError
 from ..queue.connection import is_outage
 from ..queue.envelope import EnvelopeError
-from ..settings.defaults import FLEET_HEARTBEAT_MIN_MS, META_FRONTIER
+from ..queue.frontier import Finished
+from ..settings.defaults import FLEET_HEARTBEAT_MIN_MS, META_FRONTIER, SCRAPY_FINISHED
 from ..values import now_ms
-from .frontier import FrontierResult, close_io, entry_for
+from .frontier import FrontierResult, close_io, entry_for, finished_line
 from .taskref import live_ref
 
 if TYPE_CHECKING:
@@ -33,10 +34,19 @@ class FrontierFacade:
     state (its frontier, write path, reporter, config, spider), which
     RetryQueueRuntime sets up: this class is only ever its base."""
 
-    def frontier_start(self, *, order: str) -> None:
-        """A scheduler queue of the leased frontier serves this crawl (no I/O)."""
+    def frontier_start(self, *, order: str, seeds: bool = True) -> None:
+        """A scheduler queue of the leased frontier serves this crawl (no I/O).
+        *seeds*: the spider seeds it with start requests (not a scrapy-redis spider
+        fed from Redis), so a crawl that finished is not seeded again."""
         self.frontier.in_use = True
         self.frontier.order = order
+        self.frontier.seeds = seeds
+
+    @property
+    def frontier_finished(self) -> bool:
+        """The fleet's crawl on the frontier finished before this node joined it: the
+        node crawls nothing (one WARNING line said so) and should close."""
+        return self.frontier.refused is not None
 
     @property
     def frontier_in_use(self) -> bool:
@@ -66,6 +76,8 @@ class FrontierFacade:
         from ..queue.envelope import frontier_request_to_json
 
         request.meta.pop(META_FRONTIER, None)
+        if self.frontier.refused is not None:
+            return  # the crawl is over: this node adds nothing to it
         if live_ref(request) is not None:
             # A re-injected retry is leased already, by the retry queue: it stays
             # on this node, whose lease brings it back if the node dies. Through
@@ -144,11 +156,16 @@ class FrontierFacade:
         from ..queue.keys import frontier_keys
 
         queue = self.writes.queue
+        if self.frontier.refused is not None:
+            return  # a node that crawled nothing deletes nothing (nor the mark)
         self.frontier.outbox.clear()
         self.frontier.ready.clear()
         if queue is None or self.spider is None:
             self._frontier_clear_on_open = True  # the scheduler opens before the runtime
             return
+        # During the crawl (SCHEDULER_PERSIST False at close): no mark of a finished
+        # crawl is left behind it, the next crawl starts afresh.
+        self.frontier.cleared = True
         keys = frontier_keys(queue.keys)  # the project's namespace, as the retry queue's
         self.writes.call(queue.client.delete, *keys).addErrback(
             lambda f: logger.error("scrapy-retryqueue: clearing the frontier failed: %s", f.value)
@@ -181,10 +198,27 @@ class FrontierFacade:
 
         reactor.callLater(0, kick)
 
+    async def _frontier_open(self) -> None:
+        """As the runtime opens: the first round trip, waited for, joins the fleet's
+        crawl before a start request is pushed, or finds it finished
+        (:attr:`frontier_finished`). Redis down: the first round trip once it answers."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        if self._frontier_clear_on_open:
+            # SCHEDULER_FLUSH_ON_START: the mark of a finished crawl goes with the
+            # rest, and this new crawl may be marked finished in its turn.
+            self._frontier_clear_on_open = False
+            self.frontier_clear()
+            self.frontier.cleared = False
+        self._frontier_kick()
+        if self._frontier_call is not None:
+            with contextlib.suppress(Exception):
+                await maybe_deferred_to_future(self._frontier_call)
+
     def _frontier_kick(self, *, maintain: bool = False) -> None:
         """One frontier round trip now, or right after the one on its way."""
         store, writes = self._frontier_store, self.writes
-        if store is None or writes.down or writes.spooled:
+        if store is None or writes.down or writes.spooled or self.frontier.refused is not None:
             return
         if self._frontier_call is not None:
             self._frontier_again = True
@@ -201,6 +235,17 @@ class FrontierFacade:
         frontier, count = self.frontier, self.reporter.count
         before = len(frontier)
         frontier.landed(result)
+        joined = result.joined
+        if joined is not None and joined.finished is not None:
+            name = self.spider.name if self.spider is not None else "?"
+            line = finished_line(name, joined, frontier.started, self.config.frontier_restart)
+            if joined.refused:
+                count("retryqueue/frontier/refused")
+                logger.warning("scrapy-retryqueue: %s", line)
+                self._wake()  # idle now: the engine closes it (at open, the extension)
+                return
+            count("retryqueue/frontier/restarted")
+            logger.info("scrapy-retryqueue: %s", line)
         for stat, value in (
             ("pushed", result.pushed),
             ("duplicates", result.duplicates),
@@ -245,16 +290,18 @@ class FrontierFacade:
             )
             self._frontier_kick(maintain=maintain)
 
-    async def _frontier_close(self) -> None:
-        """Write what this node pushed and finished; hand back what it holds."""
+    async def _frontier_close(self, reason: str | None) -> None:
+        """Write what this node pushed and finished; hand back what it holds. A spider
+        that ran out of work (*reason* Scrapy's ``finished``) marks the crawl
+        finished if the fleet has nothing left."""
         from scrapy.utils.defer import maybe_deferred_to_future
 
         self._closing = True
         while self._frontier_call is not None:
             with contextlib.suppress(Exception):
                 await maybe_deferred_to_future(self._frontier_call)
-        store, writes = self._frontier_store, self.writes
-        if store is None:
+        store, writes, frontier = self._frontier_store, self.writes, self.frontier
+        if store is None or frontier.refused is not None:
             return
         self.frontier.settle(self._in_progress())
         entries, acks, bad, release = self.frontier.take_all()
@@ -266,11 +313,15 @@ class FrontierFacade:
                 len(entries),
             )
             return
+        finishes = reason == SCRAPY_FINISHED and frontier.seeds and not frontier.cleared
+        mark = Finished(now_ms(), self.config.node_id) if finishes else None
         try:
             poll_ms = int(self.config.poll_interval * 1000)
             alive_after = now_ms() - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
             pushed, acked, released, finished = await maybe_deferred_to_future(
-                writes.call(close_io, store, entries, acks, bad, release, alive_after=alive_after)
+                writes.call(
+                    close_io, store, entries, acks, bad, release, alive_after=alive_after, mark=mark
+                )
             )
         except Exception as exc:
             logger.warning(
@@ -280,11 +331,20 @@ class FrontierFacade:
                 exc,
             )
             return
-        if finished:
+        name = self.spider.name if self.spider is not None else "?"
+        if finished and mark is not None:
+            self.reporter.count("retryqueue/frontier/finished")
+            logger.info(
+                "scrapy-retryqueue: the crawl's frontier is done: the crawl of %r is marked "
+                "finished; a node started later crawls nothing unless "
+                "RETRYQUEUE_FRONTIER_RESTART = True",
+                name,
+            )
+        elif finished:
             logger.info(
                 "scrapy-retryqueue: the crawl's frontier is done; the next crawl of %r starts "
                 "afresh",
-                self.spider.name if self.spider is not None else "?",
+                name,
             )
         if acked:
             self.reporter.count("retryqueue/frontier/acked", acked)

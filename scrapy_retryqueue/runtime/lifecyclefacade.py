@@ -54,7 +54,6 @@ class LifecycleFacade:
     _opening: defer.Deferred[None] | None
     _registered: int
     _frontier_store: RedisFrontier | None
-    _frontier_clear_on_open: bool
 
     async def open(self, spider: Spider) -> None:
         self._opening = defer.Deferred()
@@ -85,12 +84,9 @@ class LifecycleFacade:
         finally:
             self._opening.callback(None)
         if self.frontier.in_use:
-            if self._frontier_clear_on_open:
-                self._frontier_clear_on_open = False
-                self.frontier_clear()
-            self._frontier_kick()
+            await self._frontier_open()
 
-    async def close(self) -> None:
+    async def close(self, reason: str | None = None) -> None:
         from scrapy.utils.defer import maybe_deferred_to_future
 
         writes = self.writes
@@ -115,7 +111,7 @@ class LifecycleFacade:
                             writes.queue.unclaim, sorted(self.leases.doubtful), now=now_ms()
                         )
                     )
-            await self._frontier_close()
+            await self._frontier_close(reason)
             if writes.queue is not None and self.leases.held and not writes.down:
                 leases = self.leases.take_all()
                 try:

@@ -281,6 +281,9 @@ SETTINGS: dict[str, Any] = {
     #: still working (it may push new requests to a shared frontier), at most
     #: this many seconds; 0: leave as soon as this node has nothing to do.
     "RETRYQUEUE_FLEET_WAIT": 60.0,
+    #: On the leased frontier, a node that finds the fleet's last crawl finished
+    #: (before the node started) starts a new crawl; False: it crawls nothing.
+    "RETRYQUEUE_FRONTIER_RESTART": False,
     #: Request headers whose values no surface shows (dashboard, API, exports,
     #: logs, the audit log); the stored request keeps them, to be replayed.
     "RETRYQUEUE_SECRET_HEADERS": [
@@ -334,6 +337,12 @@ FINISH_REASON_WORK_LEFT = "retryqueue_work_left"
 #: The finish_reason of a crawl that claimed a task no key of
 #: RETRYQUEUE_ENCRYPTION_KEYS decrypts (the task is handed back, not lost).
 FINISH_REASON_KEY_MISSING = "retryqueue_encryption_key_missing"
+#: Finish reason of a node on the leased frontier that starts after the fleet's
+#: crawl finished: it crawls nothing (RETRYQUEUE_FRONTIER_RESTART starts anew).
+FINISH_REASON_FLEET_FINISHED = "retryqueue_fleet_finished"
+#: Scrapy's own finish reason of a spider that ran out of work (its start
+#: requests all handled): the only one that marks a leased frontier's crawl finished.
+SCRAPY_FINISHED = "finished"
 
 #: Middleware orders: where Scrapy's RetryMiddleware sits, and close to the spider.
 DOWNLOADER_MIDDLEWARE_ORDER = 550

@@ -7,7 +7,8 @@ batches and acknowledges them after each commit (:class:`~.sync.EventSync`),
 sweeps dead letters whose events were trimmed, applies retention, and waits
 out an unreachable database or Redis with a capped backoff, logging once per
 outage and once when it is back. :meth:`WriterService.flush` writes what is
-left within a deadline (a closing crawl).
+left within a deadline (a closing crawl): the events, then every dead letter
+still in the spider's dead set.
 
 It uses neither Scrapy's engine nor Twisted (the pure modules it shares with
 the crawl import parts of Scrapy's library): the caller runs :meth:`~WriterService.run`
@@ -37,10 +38,12 @@ from ..settings.defaults import (
     STORE_SWEEP_INTERVAL,
     STORE_WRITER_RESCAN,
 )
+from ..values import now_ms
 from .config import StoreConfig
 from .db import SchemaError, Store, StoreError, describe_db_error
 from .redisops import spiders_with_streams
-from .sync import EventSync, apply_retention
+from .retention import apply_retention
+from .sync import EventSync
 
 logger = logging.getLogger(__name__)
 
@@ -241,8 +244,10 @@ class WriterService:
         """Write what is left of every spider served, retrying an unreachable store
         until *deadline* (``time.monotonic()``); returns the events written.
 
-        The last try starts at the deadline, so a store back by then still gets
-        it; :meth:`force` ends the waits between tries at once. *closing* says, when
+        What is left: the events nobody wrote, then every dead letter in the dead
+        set whatever its age (its event read by a writer that died, or trimmed),
+        as ``scrapy deadletters sync`` does. The last try starts at the deadline;
+        :meth:`force` ends the waits between tries at once. *closing* says, when
         the store is down, that a closing spider waits for it.
         """
         backoff = STORE_RETRY_MIN_DELAY
@@ -261,8 +266,9 @@ class WriterService:
             try:
                 with self._lock:
                     self._connect()
-                    for served in list(self._served.values()):
+                    for spider, served in list(self._served.items()):
                         written += served.sync.drain(deadline=deadline).events
+                        self._sweep_all(spider, served, deadline)
                 self._recovered()
                 break
             except SchemaError as exc:
@@ -394,6 +400,16 @@ class WriterService:
                     spider,
                 )
             served.next_retention = now + STORE_RETENTION_INTERVAL
+
+    def _sweep_all(self, spider: str, served: _Served, deadline: float) -> None:
+        swept = served.sync.sweep_dead(older_than_ms=now_ms(), deadline=deadline)
+        if swept:
+            logger.info(
+                "scrapy-retryqueue: stored %d dead letter(s) of %r that waited in Redis "
+                "without an event to write (read by another writer, or trimmed)",
+                swept,
+                spider,
+            )
 
     def _failed(self, exc: BaseException) -> None:
         self.counters.inc("retryqueue/store/write_errors")

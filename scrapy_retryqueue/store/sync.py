@@ -20,10 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, select
 from sqlalchemy.exc import DBAPIError
 
 from ..queue.events import DEAD, ID, KIND, TS, TYPE
@@ -291,9 +290,10 @@ class EventSync:
 
     # -- dead letters whose events are gone -------------------------------------
 
-    def sweep_dead(self, *, older_than_ms: int | None = None) -> int:
+    def sweep_dead(self, *, older_than_ms: int | None = None, deadline: float | None = None) -> int:
         """Store dead letters that sit in Redis without an event to carry them
-        (their events were trimmed, say, during a long database outage).
+        (their events were trimmed, say, during a long database outage), batch
+        by batch until none is left or *deadline* (``time.monotonic()``) passes.
 
         A malformed one never stops the others. One whose envelope is not JSON
         is stored as a malformed dead letter that keeps its value, as the crawl
@@ -327,6 +327,8 @@ class EventSync:
             # What stays in Redis (not stored, or malformed) is skipped from now on.
             skip += len(found) - removed
             if len(found) < self.batch_size:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
                 break
         self.inc("swept", stored)
         return stored
@@ -445,24 +447,4 @@ def shown_id(task_id: str, limit: int = 80) -> str:
     return ascii(task_id[:limit]) + ("..." if len(task_id) > limit else "")
 
 
-def apply_retention(
-    store: Store, *, spider: str | None, dead_days: float | None, history_days: float | None
-) -> tuple[int, int]:
-    """Delete dead letters / finished tasks (of *spider*, or all) older than so many days."""
-    table = store.table
-    now = datetime.now(UTC)
-    counts = []
-    for days, statuses in ((dead_days, ("dead",)), (history_days, ("succeeded", "cancelled"))):
-        if days is None:
-            counts.append(0)
-            continue
-        cutoff = now - timedelta(days=days)
-        where = and_(table.c.status.in_(statuses), table.c.finished_at < cutoff)
-        if spider is not None:
-            where = and_(where, table.c.spider == spider)
-        with store.begin() as conn:
-            counts.append(int(conn.execute(delete(table).where(where)).rowcount or 0))
-    return counts[0], counts[1]
-
-
-__all__ = ["EventSync", "StepResult", "apply_retention"]
+__all__ = ["EventSync", "StepResult"]

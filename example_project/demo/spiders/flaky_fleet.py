@@ -16,7 +16,10 @@ Cluster. To keep the retry queue on a cluster, add
 Start it on as many machines (or terminals) as you like, at the same moment or
 one after another: a node whose frontier runs dry stays while the fleet holds
 frontier requests (waiting or leased to any node), pending retries, or a node
-that registered a moment ago (docs/fleet.md, "Nodes that start together"). ``python example_project/run_fleet.py`` starts the
+that registered a moment ago (docs/fleet.md, "Nodes that start together"). A node
+started after the fleet's crawl finished crawls nothing and says so; add
+``-s RETRYQUEUE_FRONTIER_RESTART=True`` to crawl the site again (docs/fleet.md, "The
+end of a fleet's crawl"). ``python example_project/run_fleet.py`` starts the
 site and three nodes at once and prints what each did.
 """
 
