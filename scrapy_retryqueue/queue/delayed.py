@@ -1,30 +1,25 @@
-"""The retry queue's writes and claims in Redis: one Lua script per operation.
+"""The retry queue of one spider in Redis: its writes, claims and reads, one script per operation.
 
-Every operation on a spider's tasks is one script (``lua/<name>.lua``), so a
-crash between two steps cannot lose or duplicate a task; beside them, a few
-plain reads (counts, one task, the dead set). Key names come from
-:mod:`scrapy_retryqueue.queue.keys`. Calls are blocking; the Scrapy glue runs them
-off the reactor thread.
+Every operation on a spider's tasks is one Lua script (``lua/<name>.lua``), so
+a crash between two steps cannot lose or duplicate a task; beside them, a few
+plain reads (counts, one task, the dead set, the nodes). A write's script call
+is built in :mod:`.write`, a claim's in :mod:`.claim`; key names come from
+:mod:`.keys`. Calls are blocking; the Scrapy glue runs them off the reactor thread.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import redis
 
 from ..decision import kinds
-from ..decision.recovery import field_name, observation
-from ..decision.retrybudget import SLOTS, slice_ms
 from ..settings.defaults import (
     DEAD_LETTERS_LIMIT,
-    ENVELOPE_VERSION,
     EVENTS_MAXLEN,
     LEARNED_HALF_LIFE,
     LEARNED_MAX_RECORDS,
@@ -32,9 +27,34 @@ from ..settings.defaults import (
     QUEUE_BATCH,
 )
 from ..values import as_text
+from .claim import Claimed, RetryBudget, claim_call, parse_claimed
 from .envelope import Task
 from .keys import Keys, all_keys, keys_for
-from .taskinfo import host_of, taskinfo_value
+from .taskinfo import host_of
+from .wire import (
+    SNIPPETS,
+    envelope_text,
+    envelope_url,
+    load_script_source,
+    task_id_text,
+    wire_id,
+)
+from .write import Write, WriteCalls
+
+__all__ = [
+    "SCRIPT_NAMES",
+    "SNIPPETS",
+    "Claimed",
+    "Counts",
+    "RedisDelayedQueue",
+    "RetryBudget",
+    "Write",
+    "envelope_text",
+    "envelope_url",
+    "load_script_source",
+    "task_id_text",
+    "wire_id",
+]
 
 SCRIPT_NAMES = (
     "schedule",
@@ -50,158 +70,6 @@ SCRIPT_NAMES = (
     "cancel",
     "adopt",
 )
-
-
-#: The shared Lua snippets (``lua/lib/<snippet>.lua``) a script calls, by script name:
-#: each is prepended to the script's own text, so the one copy serves every caller.
-SNIPPETS: Mapping[str, tuple[str, ...]] = {
-    "ack": ("recovery",),
-    "reschedule": ("recovery",),
-    "deadletter": ("recovery",),
-}
-
-
-def load_script_source(name: str) -> str:
-    """The text of ``lua/<name>.lua`` as Redis runs it, shipped in the package: the
-    snippets it calls (:data:`SNIPPETS`), then its own text. Its SHA is the whole text's."""
-    lua = resources.files(__package__).joinpath("lua")
-    parts = [
-        lua.joinpath("lib", f"{snippet}.lua").read_text("utf-8")
-        for snippet in SNIPPETS.get(name, ())
-    ]
-    return "".join(parts) + lua.joinpath(f"{name}.lua").read_text("utf-8")
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """One change to a task: the unit the queue applies, batches and spools."""
-
-    #: schedule, reschedule, ack or deadletter
-    op: str
-    task_id: str
-    now: int
-    #: The lease token (reschedule, ack; deadletter of a leased task).
-    token: str | None = None
-    #: The task envelope (JSON); empty for an ack.
-    envelope: str = ""
-    due: int = 0
-    kind: str = ""
-    attempt: int = 0
-    url: str = ""
-    #: When the task was created (its first failure, ms); None when not known.
-    #: Kept in taskinfo (schedule, reschedule); an ack's wait is counted from it.
-    created: int | None = None
-    #: The request's host (:func:`~.taskinfo.host_of`): taskinfo, an ack's domain.
-    host: str = ""
-    #: The kind whose recovery record this outcome updates (ack, reschedule,
-    #: deadletter of a task); "" when it teaches nothing (recovery.py).
-    learn: str = ""
-    #: Ms from the task's first failure to its previous one: the bins it reached then.
-    prior: int | None = None
-
-    @classmethod
-    def for_task(
-        cls, op: str, task: Task, token: str | None, now: int, *, host: str | None = None
-    ) -> Write:
-        """The write of *task*; *host*: its URL's host when the caller has it parsed
-        (taskinfo.host_word), else parsed here (taskinfo.host_of)."""
-        kind = task.dead_kind or task.kind if op == "deadletter" else task.kind
-        return cls(
-            op,
-            task.id,
-            now,
-            token,
-            envelope=task.to_json(),
-            due=task.due,
-            kind=kind,
-            attempt=task.attempts.get(task.kind, 0),
-            url=task.url,
-            created=task.created,
-            host=host_of(task.url) if host is None else host,
-        )
-
-
-def task_id_text(raw: Any) -> str:
-    """A task id from Redis as ``str``; one that is not UTF-8 keeps its bytes as
-    surrogates (``surrogateescape``), so :func:`wire_id` writes it back unchanged."""
-    if isinstance(raw, bytes):
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            return raw.decode("utf-8", "surrogateescape")
-    return str(raw)
-
-
-def wire_id(task_id: str) -> str | bytes:
-    """A task id as it goes to Redis: the bytes it was read as (see :func:`task_id_text`)."""
-    if task_id.isascii():
-        return task_id
-    return task_id.encode("utf-8", "surrogateescape")
-
-
-def envelope_text(raw: Any) -> str | bytes:
-    """An envelope from Redis as ``str``, or its bytes as they are when not UTF-8.
-
-    Decoded one by one: a stored envelope that is not UTF-8 text must not fail
-    the claim of the others (the reader dead-letters it as ``malformed``).
-    """
-    if isinstance(raw, bytes):
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            return raw
-    return str(raw)
-
-
-def envelope_url(raw: Any) -> str:
-    """The request URL of a stored envelope, ``""`` when it cannot be read."""
-    if raw is None:
-        return ""
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
-        return ""
-    request = doc.get("request") if isinstance(doc, dict) else None
-    url = request.get("url") if isinstance(request, dict) else None
-    return url if isinstance(url, str) else ""
-
-
-@dataclass(slots=True)
-class Claimed:
-    """What one claim call returned."""
-
-    #: (task id, raw envelope) pairs now leased to the caller; an envelope that
-    #: is not UTF-8 text is handed out as its bytes (see :func:`envelope_text`).
-    tasks: list[tuple[str, str | bytes]] = field(default_factory=list)
-    due: int = 0
-    leased: int = 0
-    #: Due time (ms) of the earliest task still waiting, None when there is none.
-    next_due: int | None = None
-    #: Ghosts: due ids without an envelope, now malformed dead letters (claim.lua).
-    ghosts: list[str] = field(default_factory=list)
-    #: Ghosts whose id already had a dead letter: dropped from due, that one kept.
-    ghosts_kept: list[str] = field(default_factory=list)
-    #: Domain -> tasks the retry budget moved to later instead of claiming them.
-    budget_deferred: dict[str, int] = field(default_factory=dict)
-    #: Domains whose budget record was malformed: started over (claim.lua).
-    budget_malformed: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class RetryBudget:
-    """The retry budget a claim enforces (retrybudget.py): a share of each domain's
-    fresh requests, the retries a window always allows, the window (s)."""
-
-    share: float
-    floor: float
-    window: float
-
-    def args(self, requests: Mapping[str, int]) -> list[Any]:
-        """claim.lua's ARGV[13..]: the budget, then *requests* (domain -> fresh requests)."""
-        args: list[Any] = [self.share, self.floor * self.window, slice_ms(self.window), SLOTS]
-        for domain, count in requests.items():
-            args += [domain, count]
-        return args
 
 
 @dataclass(slots=True)
@@ -237,6 +105,13 @@ class RedisDelayedQueue:
         self.events_maxlen = events_maxlen
         self.learned_half_life_ms = int(learned_half_life * 1000)
         self.learned_max_records = learned_max_records
+        self._calls = WriteCalls(
+            self.keys,
+            node_id,
+            events_maxlen,
+            self.learned_half_life_ms,
+            learned_max_records,
+        )
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
@@ -265,55 +140,9 @@ class RedisDelayedQueue:
             run_list = list(run)
             for start in range(0, len(run_list), QUEUE_BATCH):
                 chunk = run_list[start : start + QUEUE_BATCH]
-                keys, args = self._write_call(op, chunk)
+                keys, args = self._calls.call(op, chunk)
                 results += [bool(x) for x in self._run(op, keys, args)]
         return results
-
-    def _write_call(self, op: str, chunk: list[Write]) -> tuple[list[str], list[Any]]:
-        k = self.keys
-        args: list[Any] = [self.node_id, self.events_maxlen]
-        if op == "schedule":
-            for w in chunk:
-                args += [wire_id(w.task_id), w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
-                args.append(taskinfo_value(w.created, w.host, w.url))
-            return [k.due, k.leased, k.tasks, k.events, k.taskinfo], args
-        if op == "reschedule":
-            for w in chunk:
-                args += [wire_id(w.task_id), w.token, w.envelope, w.due, w.now, w.kind]
-                args += [w.attempt, w.url, taskinfo_value(w.created, w.host, w.url)]
-                args += self._learning(w, recovered=False)
-            keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo]
-            return [*keys, k.recovery], args
-        if op == "ack":
-            for w in chunk:
-                # The outcome learned from: how long the task took to recover, where.
-                created = w.created
-                wait = max(0, w.now - created) if isinstance(created, int) and created > 0 else ""
-                args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url, wait, w.host]
-                args += self._learning(w, recovered=True)
-            return [k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo, k.recovery], args
-        if op == "deadletter":
-            for w in chunk:
-                args += [wire_id(w.task_id), w.token or "", w.envelope, w.now, w.kind, w.url]
-                args += self._learning(w, recovered=False)
-            keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events]
-            return [*keys, k.taskinfo, k.deadkinds, k.recovery], args
-        raise ValueError(f"unknown queue write {op!r}")
-
-    def _learning(self, w: Write, *, recovered: bool) -> list[Any]:
-        """The learning update's ARGV for one outcome: how long the task's outage has
-        lasted so far, as the bins it newly reached (recovery.py); none without a
-        kind to learn, a host or a known first failure."""
-        created = w.created
-        if not w.learn or not w.host or not isinstance(created, int) or created <= 0:
-            return ["", 0, -1, 0, 0, 0]
-        first, last = observation(w.prior, w.now - created, recovered)
-        field = field_name(w.learn, w.host)
-        return [field, first, last, 1 if recovered else 0, *self._learning_limits]
-
-    @property
-    def _learning_limits(self) -> tuple[int, int]:
-        return self.learned_half_life_ms, self.learned_max_records
 
     def schedule(self, task: Task, *, now: int) -> bool:
         """Park a new task due at ``task.due``; False when one with its id is live."""
@@ -377,38 +206,21 @@ class RedisDelayedQueue:
         are added to the domains' budget records first, and tasks of a domain
         over its budget are moved to the budget's next slice (retrybudget.py).
         """
-        k = self.keys
-        raw = self._run(
-            "claim",
-            [
-                *(k.due, k.leased, k.tasks, k.owners, k.events, k.cooling, k.probes),
-                *(k.dead, k.deadtasks, k.reclaims, k.taskinfo, k.deadkinds, k.budget),
-            ],
-            [
-                *(now, limit, lease_until, token, self.node_id, self.events_maxlen),
-                *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms, ENVELOPE_VERSION),
-                *(kinds.RATE_LIMITED, kinds.MALFORMED),
-                *(budget.args(requests or {}) if budget is not None else []),
-            ],
+        keys, args = claim_call(
+            self.keys,
+            node_id=self.node_id,
+            events_maxlen=self.events_maxlen,
+            now=now,
+            limit=limit,
+            lease_until=lease_until,
+            token=token,
+            cooldowns=cooldowns,
+            recheck_ms=recheck_ms,
+            deferral_max_wait_ms=deferral_max_wait_ms,
+            budget=budget,
+            requests=requests,
         )
-        over = raw[5]
-        pairs = raw[7:]
-        return Claimed(
-            tasks=[
-                (task_id_text(pairs[i]), envelope_text(pairs[i + 1]))
-                for i in range(0, len(pairs), 2)
-            ],
-            due=int(raw[0]),
-            leased=int(raw[1]),
-            next_due=None if int(raw[2]) < 0 else int(raw[2]),
-            ghosts=[task_id_text(x) for x in raw[3]],
-            ghosts_kept=[task_id_text(x) for x in raw[4]],
-            budget_deferred={
-                task_id_text(over[i]): int(over[i + 1]) for i in range(0, len(over) - 1, 2)
-            },
-            # Domains come from taskinfo, which a hostile writer may fill with any bytes.
-            budget_malformed=[task_id_text(x) for x in raw[6]],
-        )
+        return parse_claimed(self._run("claim", keys, args))
 
     def budget_records(self) -> dict[Any, Any]:
         """The retry budget's records as stored (domain -> record), for people to read."""

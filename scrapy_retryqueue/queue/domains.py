@@ -23,8 +23,8 @@ import redis
 
 from ..settings.defaults import DOMAIN_REASON_MAX, EVENTS_MAXLEN
 from ..values import as_text
-from .delayed import load_script_source
 from .keys import Keys, keys_for
+from .wire import load_script_source
 
 #: Lua scripts of this module (lua/<name>.lua), beside queue.SCRIPT_NAMES.
 DOMAIN_SCRIPT_NAMES = ("domain_fail", "domain_ok")

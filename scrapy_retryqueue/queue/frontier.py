@@ -22,8 +22,8 @@ import redis
 from ..decision import kinds
 from ..settings.defaults import QUEUE_BATCH
 from ..values import as_text
-from .delayed import envelope_text, load_script_source, task_id_text, wire_id
 from .keys import Keys, keys_for
+from .wire import envelope_text, load_script_source, task_id_text, wire_id
 
 FRONTIER_SCRIPT_NAMES = (
     "frontier_push",
