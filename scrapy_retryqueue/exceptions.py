@@ -79,3 +79,21 @@ class EncryptionKeyError(RetryQueueError):
     Not an :class:`EnvelopeError`: the task is sound and waits for a node that
     has its key; it is never dead-lettered as malformed for this.
     """
+
+
+class SignatureError(RetryQueueError):
+    """A stored entry's signature does not verify (RETRYQUEUE_SIGNING_KEYS): unsigned,
+    signed with a key the ring does not list, or not matching what it signs; or a
+    signed entry that is not where it was signed for (another task, another spider)
+    or that its task has outlived (a replay).
+
+    Not an :class:`EnvelopeError`: the entry may read perfectly well, but the crawl
+    did not write it there. Such an entry is never fetched: it becomes a ``forged``
+    dead letter (a frontier request: quarantined as ``forged``).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        #: A short label: unsigned, unknown key, bad signature, moved, replay.
+        self.reason = reason
+        self.detail = detail

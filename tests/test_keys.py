@@ -45,6 +45,8 @@ def test_key_names():
     assert keys.frontier_quarantine == "retryqueue:{quotes}:frontier:quarantine"
     assert keys.frontier_finished == "retryqueue:{quotes}:frontier:finished"
     assert keys.budget == "retryqueue:{quotes}:budget"
+    assert keys.versions == "retryqueue:{quotes}:versions"
+    assert keys.finished == "retryqueue:{quotes}:finished"
 
 
 def test_all_keys_lists_every_key_once():
@@ -56,7 +58,7 @@ def test_all_keys_lists_every_key_once():
         if k not in ("spider", "project")
     ]
     assert sorted(listed) == sorted(fields)
-    assert len(set(listed)) == len(listed) == 27
+    assert len(set(listed)) == len(listed) == 29
 
 
 @pytest.mark.parametrize("spider", ["quotes", "books-toscrape", "a:b", "x" * 200, "ünïcødé"])

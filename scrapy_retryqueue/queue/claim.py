@@ -38,6 +38,10 @@ class Claimed:
     budget_deferred: dict[str, int] = field(default_factory=dict)
     #: Domains whose budget record was malformed: started over (claim.lua).
     budget_malformed: list[str] = field(default_factory=list)
+    #: Task id -> (version, finished) of each claimed task (RETRYQUEUE_SIGNING_KEYS):
+    #: the ``updated`` recorded beside the live task, and the one of the envelope a
+    #: task of its id last finished with; None where there is none.
+    records: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,7 @@ def claim_call(
     deferral_max_wait_ms: int = 0,
     budget: RetryBudget | None = None,
     requests: Mapping[str, int] | None = None,
+    records: bool = False,
 ) -> tuple[list[str], list[Any]]:
     """The KEYS and ARGV of one claim (see :meth:`RedisDelayedQueue.claim`)."""
     k = keys
@@ -78,11 +83,12 @@ def claim_call(
         [
             *(k.due, k.leased, k.tasks, k.owners, k.events, k.cooling, k.probes),
             *(k.dead, k.deadtasks, k.reclaims, k.taskinfo, k.deadkinds, k.budget),
+            *(k.versions, k.finished),
         ],
         [
             *(now, limit, lease_until, token, node_id, events_maxlen),
             *(1 if cooldowns else 0, recheck_ms, deferral_max_wait_ms, ENVELOPE_VERSION),
-            *(kinds.RATE_LIMITED, kinds.MALFORMED),
+            *(kinds.RATE_LIMITED, kinds.MALFORMED, 1 if records else 0),
             *(budget.args(requests or {}) if budget is not None else []),
         ],
     )
@@ -91,11 +97,11 @@ def claim_call(
 def parse_claimed(raw: Any) -> Claimed:
     """claim.lua's reply as a :class:`Claimed`."""
     over = raw[5]
-    pairs = raw[7:]
+    held = raw[7]
+    pairs = raw[8:]
+    tasks = [(task_id_text(pairs[i]), envelope_text(pairs[i + 1])) for i in range(0, len(pairs), 2)]
     return Claimed(
-        tasks=[
-            (task_id_text(pairs[i]), envelope_text(pairs[i + 1])) for i in range(0, len(pairs), 2)
-        ],
+        tasks=tasks,
         due=int(raw[0]),
         leased=int(raw[1]),
         next_due=None if int(raw[2]) < 0 else int(raw[2]),
@@ -106,4 +112,18 @@ def parse_claimed(raw: Any) -> Claimed:
         },
         # Domains come from taskinfo, which a hostile writer may fill with any bytes.
         budget_malformed=[task_id_text(x) for x in raw[6]],
+        records={
+            task_id: (_ms(held[2 * i]), _ms(held[2 * i + 1]))
+            for i, (task_id, _) in enumerate(tasks)
+            if 2 * i + 1 < len(held)
+        },
     )
+
+
+def _ms(raw: Any) -> int | None:
+    """A record's time (ms) as Redis returned it; None for none, or one that is no time."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if value == value and abs(value) < 2**53 else None

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from ..decision import kinds
+from ..secure.signing import KeyRing
 from ..settings.defaults import (
     DEAD_LETTERS_LIMIT,
     EVENTS_MAXLEN,
@@ -25,6 +26,8 @@ from ..settings.defaults import (
     LEARNED_MAX_RECORDS,
     PROBE_RECHECK_MS,
     QUEUE_BATCH,
+    REPLAY_RECORDS,
+    REPLAY_WINDOW,
 )
 from ..values import as_text
 from .claim import Claimed, RetryBudget, claim_call, parse_claimed
@@ -98,19 +101,29 @@ class RedisDelayedQueue:
         learned_half_life: float = LEARNED_HALF_LIFE,
         learned_max_records: int = LEARNED_MAX_RECORDS,
         project: str = "",
+        signing: KeyRing | None = None,
+        finished_keep: float = REPLAY_WINDOW,
+        finished_max: int = REPLAY_RECORDS,
     ) -> None:
+        """*signing*: RETRYQUEUE_SIGNING_KEYS as a key ring (None: nothing is signed);
+        *finished_keep* (s) and *finished_max* bound the records of finished tasks
+        that replays are told by (kept with signing only)."""
         self.client = client
         self.keys: Keys = keys_for(spider, project)
         self.node_id = node_id
         self.events_maxlen = events_maxlen
         self.learned_half_life_ms = int(learned_half_life * 1000)
         self.learned_max_records = learned_max_records
+        self.signing = signing
         self._calls = WriteCalls(
             self.keys,
             node_id,
             events_maxlen,
             self.learned_half_life_ms,
             learned_max_records,
+            ring=signing,
+            finished_keep_ms=int(finished_keep * 1000),
+            finished_max=finished_max,
         )
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in SCRIPT_NAMES
@@ -162,7 +175,10 @@ class RedisDelayedQueue:
         created: int | None = None,
         learn: str = "",
         prior: int | None = None,
+        version: int | None = None,
     ) -> bool:
+        """The task's request succeeded; *version*: the ``updated`` of the envelope it was
+        claimed with, recorded as the one it finished with (RETRYQUEUE_SIGNING_KEYS)."""
         write = Write(
             *("ack", task_id, now, token),
             kind=kind,
@@ -171,6 +187,7 @@ class RedisDelayedQueue:
             host=host_of(url),
             learn=learn,
             prior=prior,
+            version=version,
         )
         return self.apply([write])[0]
 
@@ -179,10 +196,29 @@ class RedisDelayedQueue:
         return self.apply([Write.for_task("deadletter", task, token, now)])[0]
 
     def deadletter_raw(
-        self, task_id: str, envelope: str, token: str | None, *, now: int, kind: str, url: str
+        self,
+        task_id: str,
+        envelope: str,
+        token: str | None,
+        *,
+        now: int,
+        kind: str,
+        url: str,
+        dead_id: str = "",
     ) -> bool:
-        """Dead-letter an envelope as it is (a malformed one keeps its raw text)."""
-        write = Write("deadletter", task_id, now, token, envelope=envelope, kind=kind, url=url)
+        """Dead-letter an envelope as it is (a malformed one keeps its raw text); no
+        finished record is kept of it. *dead_id*: the id it is kept under, when not
+        *task_id* (a forged entry's)."""
+        write = Write(
+            "deadletter",
+            task_id,
+            now,
+            token,
+            envelope=envelope,
+            kind=kind,
+            url=url,
+            dead_id=dead_id,
+        )
         return self.apply([write])[0]
 
     def claim(
@@ -219,6 +255,7 @@ class RedisDelayedQueue:
             deferral_max_wait_ms=deferral_max_wait_ms,
             budget=budget,
             requests=requests,
+            records=self.signing is not None,
         )
         return parse_claimed(self._run("claim", keys, args))
 
@@ -243,7 +280,7 @@ class RedisDelayedQueue:
             "reap",
             [
                 *(k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events),
-                *(k.taskinfo, k.deadkinds),
+                *(k.taskinfo, k.deadkinds, k.versions, k.finished),
             ],
             [now, limit, max_reclaims, self.events_maxlen, self.node_id, kinds.POISON],
         )
@@ -318,6 +355,7 @@ class RedisDelayedQueue:
         """
         k = self.keys
         keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo]
+        keys += [k.versions, k.finished]
         ids = list(task_ids)
         results: list[bool] = []
         for start in range(0, len(ids), QUEUE_BATCH):
@@ -325,7 +363,8 @@ class RedisDelayedQueue:
             raws = self.client.hmget(k.tasks, chunk) if chunk else []
             args: list[Any] = [self.node_id, self.events_maxlen, now]
             for task_id, raw in zip(chunk, raws, strict=True):
-                args += [task_id, envelope_url(raw)]
+                url = envelope_url(raw)
+                args += [task_id, url, self._calls.cancelled_sig(task_id, url, now)]
             results += [bool(x) for x in self._run("cancel", keys, args)]
         return results
 

@@ -62,6 +62,11 @@ PREVIOUS = "previous"
 UNTIL = "until"
 LEVEL = "level"
 REASON = "reason"
+#: The signature of an event a node composed (RETRYQUEUE_SIGNING_KEYS): over its
+#: other fields (queue/signature.py); empty when the node signs nothing. Events a
+#: script composes itself (claimed, reclaimed, released, a poison or ghost death)
+#: carry none: the key never goes to Redis.
+SIG = "sig"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +88,13 @@ TYPES: dict[str, EventType] = {
     t.name: t
     for t in (
         # schedule.lua, reschedule.lua: kind, attempt, url; retry_now.lua: manual.
-        EventType(SCHEDULED, (ID, DUE, NODE, TS), (KIND, ATTEMPT, URL, MANUAL)),
+        EventType(SCHEDULED, (ID, DUE, NODE, TS), (KIND, ATTEMPT, URL, MANUAL, SIG)),
         EventType(CLAIMED, (IDS, NODE, TS)),
         # wait and domain since the outcome is learned from; older entries lack them.
-        EventType(SUCCEEDED, (ID, KIND, NODE, TS, URL), (WAIT, DOMAIN_NAME)),
+        EventType(SUCCEEDED, (ID, KIND, NODE, TS, URL), (WAIT, DOMAIN_NAME, SIG)),
         # deadletter.lua, claim.lua: url; reap.lua (poison): reclaims, no url.
-        EventType(DEAD, (ID, KIND, NODE, TS), (URL, RECLAIMS)),
-        EventType(CANCELLED, (ID, NODE, TS, URL)),
+        EventType(DEAD, (ID, KIND, NODE, TS), (URL, RECLAIMS, SIG)),
+        EventType(CANCELLED, (ID, NODE, TS, URL), (SIG,)),
         EventType(RECLAIMED, (ID, RECLAIMS, NODE, TS)),
         EventType(RELEASED, (ID, NODE, TS)),
         EventType(DOMAIN, (DOMAIN_NAME, STATE, PREVIOUS, UNTIL, LEVEL, REASON, NODE, TS)),
@@ -211,6 +216,11 @@ class Event:
     def wait_ms(self) -> int | None:
         """``succeeded``: ms from the first failure to the success, None when not known."""
         return self._number(WAIT)
+
+    @property
+    def signature(self) -> str:
+        """The event's signature, ``""`` when it carries none (see :data:`SIG`)."""
+        return self._get(SIG)
 
     @property
     def domain(self) -> str:

@@ -90,6 +90,13 @@ class Keys:
     #: HASH domain -> retry budget record (decision/retrybudget.py): the fresh requests and
     #: the retries of the domain, per slice of the budget's window
     budget: str
+    #: HASH task id -> ``updated`` (ms) of its live envelope, written with it
+    #: (RETRYQUEUE_SIGNING_KEYS): an older copy of the envelope is a replay
+    versions: str
+    #: ZSET task id -> ``updated`` (ms) of the envelope its task last finished with
+    #: (acknowledged, dead-lettered, cancelled), trimmed by age and count: a copy
+    #: written before it is a replay (RETRYQUEUE_SIGNING_KEYS)
+    finished: str
     #: The project's namespace; "" for the layout from before namespaces.
     project: str = ""
 
@@ -158,6 +165,8 @@ def keys_for(spider: str, project: str = "") -> Keys:
         frontier_finished=f"{base}:frontier:finished",
         recovery=f"{base}:recovery",
         budget=f"{base}:budget",
+        versions=f"{base}:versions",
+        finished=f"{base}:finished",
     )
 
 
@@ -180,6 +189,8 @@ def all_keys(keys: Keys) -> list[str]:
         keys.nodes,
         keys.recovery,
         keys.budget,
+        keys.versions,
+        keys.finished,
         *frontier_keys(keys),
     ]
 

@@ -44,6 +44,8 @@ def _to_line(write: Write) -> str:
             write.url,
             write.created,
             write.host,
+            write.version,
+            write.dead_id,
         ],
         separators=(",", ":"),
     )
@@ -51,8 +53,9 @@ def _to_line(write: Write) -> str:
 
 def _from_line(line: str) -> Write:
     op, task_id, now, token, envelope, due, kind, attempt, url, *more = json.loads(line)
-    # A line spooled by an older version has no creation time and host.
-    created, host = (more + [None, ""])[:2]
+    # A line spooled by an older version has no creation time and host, nor the
+    # version its envelope is recorded with and a dead letter's own id.
+    created, host, version, dead_id = (more + [None, "", None, ""])[:4]
     return Write(
         op,
         task_id,
@@ -67,6 +70,8 @@ def _from_line(line: str) -> Write:
         # An older line's host is its URL's: the replayed task is held while its
         # domain cools, as one parked now would be.
         host if isinstance(host, str) and host else host_of(url or ""),
+        version=version if isinstance(version, int) else None,
+        dead_id=dead_id if isinstance(dead_id, str) else "",
     )
 
 

@@ -16,9 +16,12 @@ from typing import Any
 #: The shared Lua snippets (``lua/lib/<snippet>.lua``) a script calls, by script name:
 #: each is prepended to the script's own text, so the one copy serves every caller.
 SNIPPETS: Mapping[str, tuple[str, ...]] = {
-    "ack": ("recovery",),
+    "ack": ("recovery", "finished", "finishedtrim"),
     "reschedule": ("recovery",),
-    "deadletter": ("recovery",),
+    "deadletter": ("recovery", "finished", "finishedtrim"),
+    "cancel": ("finished",),
+    "reap": ("finished",),
+    "claim": ("finished",),
 }
 
 

@@ -1,8 +1,11 @@
 """The queue's writes: one change to one task (:class:`Write`), and the script call of a batch.
 
 A :class:`Write` is what the crawl's write path batches, spools while Redis is
-down and replays; :func:`write_call` turns a run of writes of one kind into the
-KEYS and ARGV of its script (``schedule``, ``reschedule``, ``ack``, ``deadletter``).
+down and replays; :meth:`WriteCalls.call` turns a run of writes of one kind into
+the KEYS and ARGV of its script (``schedule``, ``reschedule``, ``ack``,
+``deadletter``). With RETRYQUEUE_SIGNING_KEYS it signs there, as the write
+leaves for Redis: each envelope, the version recorded beside it, and the event
+the script appends (:mod:`.signature`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..decision.recovery import field_name, observation
+from ..secure.signing import KeyRing
+from . import events
 from .envelope import Task
 from .keys import Keys
+from .signature import sign_envelope, sign_event
 from .taskinfo import host_of, taskinfo_value
 from .wire import wire_id
 
@@ -43,6 +49,14 @@ class Write:
     learn: str = ""
     #: Ms from the task's first failure to its previous one: the bins it reached then.
     prior: int | None = None
+    #: The version (``updated``, ms) of the envelope written (schedule, reschedule,
+    #: deadletter) or finished (ack): the replay records (RETRYQUEUE_SIGNING_KEYS);
+    #: None records none (a forged or malformed entry's dead letter).
+    version: int | None = None
+    #: A dead letter's own id, when it is not the task's ("": the task's). A forged
+    #: entry is kept under one, so it never replaces the dead letter of a task it
+    #: poses as (its SQL row neither).
+    dead_id: str = ""
 
     @classmethod
     def for_task(
@@ -63,6 +77,7 @@ class Write:
             url=task.url,
             created=task.created,
             host=host_of(task.url) if host is None else host,
+            version=task.updated,
         )
 
 
@@ -76,22 +91,32 @@ class WriteCalls:
     #: The learning update's limits (recovery.py): half-life (ms), max records.
     learned_half_life_ms: int
     learned_max_records: int
+    #: RETRYQUEUE_SIGNING_KEYS; None: nothing is signed and no replay record is kept.
+    ring: KeyRing | None = None
+    #: How long (ms) and how many finished records are kept (replays are told by them).
+    finished_keep_ms: int = 0
+    finished_max: int = 0
 
     def call(self, op: str, chunk: list[Write]) -> tuple[list[str], list[Any]]:
         k = self.keys
         args: list[Any] = [self.node_id, self.events_maxlen]
+        if op in ("ack", "deadletter"):
+            keep = self.finished_keep_ms if self.ring is not None else 0
+            args += [keep, self.finished_max]
         if op == "schedule":
             for w in chunk:
-                args += [wire_id(w.task_id), w.envelope, w.due, w.now, w.kind, w.attempt, w.url]
-                args.append(taskinfo_value(w.created, w.host, w.url))
-            return [k.due, k.leased, k.tasks, k.events, k.taskinfo], args
+                args += [wire_id(w.task_id), self._envelope(w), w.due, w.now, w.kind, w.attempt]
+                args += [w.url, taskinfo_value(w.created, w.host, w.url), self._version(w)]
+                args.append(self._scheduled_sig(w))
+            return [k.due, k.leased, k.tasks, k.events, k.taskinfo, k.versions], args
         if op == "reschedule":
             for w in chunk:
-                args += [wire_id(w.task_id), w.token, w.envelope, w.due, w.now, w.kind]
+                args += [wire_id(w.task_id), w.token, self._envelope(w), w.due, w.now, w.kind]
                 args += [w.attempt, w.url, taskinfo_value(w.created, w.host, w.url)]
                 args += self._learning(w, recovered=False)
+                args += [self._version(w), self._scheduled_sig(w)]
             keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo]
-            return [*keys, k.recovery], args
+            return [*keys, k.recovery, k.versions], args
         if op == "ack":
             for w in chunk:
                 # The outcome learned from: how long the task took to recover, where.
@@ -99,14 +124,50 @@ class WriteCalls:
                 wait = max(0, w.now - created) if isinstance(created, int) and created > 0 else ""
                 args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url, wait, w.host]
                 args += self._learning(w, recovered=True)
-            return [k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo, k.recovery], args
+                fields = {events.ID: w.task_id, events.KIND: w.kind, events.URL: w.url}
+                fields.update({events.WAIT: wait, events.DOMAIN_NAME: w.host})
+                args += [self._version(w), self._event_sig(events.SUCCEEDED, w, fields)]
+            keys = [k.leased, k.tasks, k.owners, k.reclaims, k.events, k.taskinfo, k.recovery]
+            return [*keys, k.versions, k.finished], args
         if op == "deadletter":
             for w in chunk:
-                args += [wire_id(w.task_id), w.token or "", w.envelope, w.now, w.kind, w.url]
+                args += [wire_id(w.task_id), w.token or "", self._envelope(w), w.now, w.kind]
+                args.append(w.url)
                 args += self._learning(w, recovered=False)
+                fields = {events.ID: w.dead_id or w.task_id, events.KIND: w.kind, events.URL: w.url}
+                args += [self._version(w), self._event_sig(events.DEAD, w, fields)]
+                args.append(wire_id(w.dead_id) if w.dead_id else "")
             keys = [k.due, k.leased, k.tasks, k.owners, k.reclaims, k.dead, k.deadtasks, k.events]
-            return [*keys, k.taskinfo, k.deadkinds, k.recovery], args
+            return [*keys, k.taskinfo, k.deadkinds, k.recovery, k.versions, k.finished], args
         raise ValueError(f"unknown queue write {op!r}")
+
+    def _envelope(self, w: Write) -> str:
+        if self.ring is None:
+            return w.envelope
+        return sign_envelope(w.envelope, self.ring, self.keys.project)
+
+    def _version(self, w: Write) -> Any:
+        return w.version if self.ring is not None and w.version is not None else ""
+
+    def _scheduled_sig(self, w: Write) -> str:
+        fields = {events.ID: w.task_id, events.KIND: w.kind, events.ATTEMPT: w.attempt}
+        fields.update({events.DUE: w.due, events.URL: w.url})
+        return self._event_sig(events.SCHEDULED, w, fields)
+
+    def cancelled_sig(self, task_id: str, url: str, now: int) -> str:
+        """The signature of the ``cancelled`` event of *task_id* (cancel.lua)."""
+        if self.ring is None:
+            return ""
+        fields = {events.TYPE: events.CANCELLED, events.ID: task_id, events.NODE: self.node_id}
+        fields.update({events.TS: now, events.URL: url})
+        return sign_event(fields, self.ring, self.keys.project, self.keys.spider)
+
+    def _event_sig(self, type_: str, w: Write, fields: dict[str, Any]) -> str:
+        """The signature of the event the script appends for *w*: exactly its fields."""
+        if self.ring is None:
+            return ""
+        fields.update({events.TYPE: type_, events.NODE: self.node_id, events.TS: w.now})
+        return sign_event(fields, self.ring, self.keys.project, self.keys.spider)
 
     def _learning(self, w: Write, *, recovered: bool) -> list[Any]:
         """The learning update's ARGV for one outcome: how long the task's outage has

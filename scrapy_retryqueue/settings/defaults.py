@@ -51,6 +51,12 @@ RECOVERY_FIRST_EDGE = 0.5
 #: Longest record the scripts and the reader accept, characters: a longer one
 #: (a hostile writer) is started over by the scripts and ignored by the reader.
 RECOVERY_RECORD_MAX = 4096
+#: RETRYQUEUE_REPLAY_WINDOW: seconds a finished task's record is kept (with
+#: RETRYQUEUE_SIGNING_KEYS): a copy of its envelope put back within it is a replay.
+REPLAY_WINDOW = 7 * 24 * 3600.0
+#: RETRYQUEUE_REPLAY_RECORDS: the most finished tasks' records kept per spider
+#: (about 100 bytes each in Redis); past it the oldest go first.
+REPLAY_RECORDS = 200_000
 #: RETRYQUEUE_LEARNED_HALF_LIFE: seconds after which an observation weighs half.
 LEARNED_HALF_LIFE = 7 * 24 * 3600.0
 #: RETRYQUEUE_LEARNED_MAX_RECORDS: (kind, domain) records kept per spider.
@@ -343,6 +349,9 @@ FINISH_REASON_FLEET_FINISHED = "retryqueue_fleet_finished"
 #: Scrapy's own finish reason of a spider that ran out of work (its start
 #: requests all handled): the only one that marks a leased frontier's crawl finished.
 SCRAPY_FINISHED = "finished"
+#: The finish_reason of a crawl whose queue holds entries signed with no key of
+#: its RETRYQUEUE_SIGNING_KEYS (or signed while it has none): it touched nothing.
+FINISH_REASON_SIGNING_KEY_MISSING = "retryqueue_signing_key_missing"
 
 #: Middleware orders: where Scrapy's RetryMiddleware sits, and close to the spider.
 DOWNLOADER_MIDDLEWARE_ORDER = 550

@@ -29,15 +29,19 @@
 -- ARGV[12] kind of a ghost's dead letter (kinds.MALFORMED)
 --
 -- KEYS[13] budget   HASH domain -> retry budget record (retrybudget.py)   (optional)
--- ARGV[13] retry budget share of a domain's fresh requests; 0 or absent: no budget
--- ARGV[14] retries a domain may get per window whatever its requests (floor x window)
--- ARGV[15] length of one slice of the budget's window (ms)
--- ARGV[16] slices a record holds (BUDGET_SLICES + 1)
--- ARGV[17..] domain, count pairs: the fresh requests this node sent to each
+-- KEYS[14] versions HASH task id -> version (updated ms) of the live task's envelope
+-- KEYS[15] finished ZSET task id -> version of the envelope its task last finished with
+-- ARGV[13] 1 to return the replay records of each task claimed (RETRYQUEUE_SIGNING_KEYS),
+--          else 0
+-- ARGV[14] retry budget share of a domain's fresh requests; 0 or absent: no budget
+-- ARGV[15] retries a domain may get per window whatever its requests (floor x window)
+-- ARGV[16] length of one slice of the budget's window (ms)
+-- ARGV[17] slices a record holds (BUDGET_SLICES + 1)
+-- ARGV[18..] domain, count pairs: the fresh requests this node sent to each
 --            domain since its last poll, added to the domain's record first
 --
--- With a retry budget (ARGV[13] > 0), a task is claimed only while its domain's
--- retries of the record's slices, with it, stay within ARGV[14] + ARGV[13] x the
+-- With a retry budget (ARGV[14] > 0), a task is claimed only while its domain's
+-- retries of the record's slices, with it, stay within ARGV[15] + ARGV[14] x the
 -- requests of its newest slices but two (retrybudget.py says why). One over budget
 -- is moved to the start of the next slice in due: deferred, not dropped, its
 -- envelope untouched (no attempt used), never dead-lettered for its wait. A record
@@ -62,26 +66,34 @@
 -- version) has no host, so no cooldown holds it; one without a creation time
 -- has no longest wait.
 --
+-- A task dead-lettered here (a ghost, one that waited too long) leaves its
+-- version record; one that waited too long is recorded as finished with it.
+--
 -- Returns {due count, leased count, next due time (ms) or -1, {ghost ids
 -- dead-lettered}, {ghost ids whose dead letter was kept}, {domain, tasks the
--- budget deferred, ...}, {domains whose budget record was malformed}, id1,
+-- budget deferred, ...}, {domains whose budget record was malformed}, {version1,
+-- finished1, version2, finished2, ...} (with ARGV[13] = 1: each claimed task's
+-- version and finished records, '' when it has none; else empty), id1,
 -- envelope1, id2, envelope2, ...}; counts and next due time are taken after the claim.
 -- Envelopes are returned as stored: the caller decodes each on its own, so
 -- one that is not UTF-8 text harms no other task of the batch.
 -- One 'claimed' event covers the whole batch: its 'ids' field lists the task
 -- ids, separated by spaces (an event per task cost a third of the throughput).
-local out = {0, 0, -1, {}, {}, {}, {}}
+-- record_finished() is lua/lib/finished.lua, prepended to this file when the script is loaded.
+
+local out = {0, 0, -1, {}, {}, {}, {}, {}}
+local records = tonumber(ARGV[13] or '0') == 1
 local now = tonumber(ARGV[1])
 
 -- The retry budget (retrybudget.py): records loaded once per call, written at the end.
-local share = tonumber(ARGV[13] or '0') or 0
+local share = tonumber(ARGV[14] or '0') or 0
 local budget_on = share > 0
 local budgets, budget_order = {}, {}
 local slots, slice, index, floor_total = 0, 1, 0, 0
 if budget_on then
-  floor_total = tonumber(ARGV[14])
-  slice = tonumber(ARGV[15])
-  slots = tonumber(ARGV[16])
+  floor_total = tonumber(ARGV[15])
+  slice = tonumber(ARGV[16])
+  slots = tonumber(ARGV[17])
   index = math.floor(now / slice)
 end
 local function record(host)
@@ -123,7 +135,7 @@ local function allowance(rec)
   return math.floor(floor_total + share * q) - r
 end
 if budget_on then
-  for i = 17, #ARGV - 1, 2 do
+  for i = 18, #ARGV - 1, 2 do
     local host, count = ARGV[i], tonumber(ARGV[i + 1])
     if host ~= '' and count and count > 0 then
       local rec = record(host)
@@ -186,6 +198,8 @@ if #ids > 0 then
         redis.call('HDEL', KEYS[3], id)
         redis.call('HDEL', KEYS[10], id)
         redis.call('HDEL', KEYS[11], id)
+        record_finished(KEYS[15], id, redis.call('HGET', KEYS[14], id) or '', ARGV[1])
+        redis.call('HDEL', KEYS[14], id)
         redis.call('ZADD', KEYS[8], ARGV[1], id)
         redis.call('HSET', KEYS[9], id, envelope)
         redis.call('HSET', KEYS[12], id, ARGV[11])
@@ -245,6 +259,11 @@ if #ids > 0 then
       owners[#owners + 1] = ARGV[4]
       out[#out + 1] = id
       out[#out + 1] = envelope
+      if records then
+        local held = out[8]
+        held[#held + 1] = redis.call('HGET', KEYS[14], id) or ''
+        held[#held + 1] = redis.call('ZSCORE', KEYS[15], id) or ''
+      end
     elseif redis.call('ZSCORE', KEYS[8], id) then
       -- Never overwrite a real dead letter with the note of a ghost.
       kept_dead[#kept_dead + 1] = id
@@ -253,6 +272,7 @@ if #ids > 0 then
         message = 'task id was in the due set without an envelope in the tasks hash'}
       redis.call('HDEL', KEYS[10], id)
       redis.call('HDEL', KEYS[11], id)
+      redis.call('HDEL', KEYS[14], id)
       redis.call('ZADD', KEYS[8], ARGV[1], id)
       -- Encoded, not parsed: a new document, written once.
       redis.call('HSET', KEYS[9], id, cjson.encode({

@@ -10,6 +10,8 @@
 -- KEYS[8] events    STREAM lifecycle events
 -- KEYS[9] taskinfo  HASH   task id -> "<created ms> <host> <url>" of live tasks
 -- KEYS[10] deadkinds HASH  task id -> kind the dead letter died of
+-- KEYS[11] versions HASH   task id -> version (updated ms) of the live task's envelope
+-- KEYS[12] finished ZSET   task id -> version of the envelope its task last finished with
 -- ARGV[1] now (ms): leases that expired at or before it are reaped
 -- ARGV[2] batch size
 -- ARGV[3] max reclaims: a task reclaimed more often is dead-lettered
@@ -22,7 +24,13 @@
 -- A lease without an envelope (a ghost) goes back to due without an event or
 -- a count: the claim that finds it there reports it.
 --
+-- A poisoned task's finished record is the version recorded beside it (none
+-- with signing off).
+--
 -- Returns {{reclaimed ids}, {poisoned ids}}.
+
+-- record_finished() is lua/lib/finished.lua, prepended to this file when the script is loaded.
+
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 local reclaimed, poisoned = {}, {}
 for _, id in ipairs(ids) do
@@ -35,6 +43,8 @@ for _, id in ipairs(ids) do
       redis.call('HDEL', KEYS[3], id)
       redis.call('HDEL', KEYS[5], id)
       redis.call('HDEL', KEYS[9], id)
+      record_finished(KEYS[12], id, redis.call('HGET', KEYS[11], id) or '', ARGV[1])
+      redis.call('HDEL', KEYS[11], id)
       redis.call('ZADD', KEYS[6], ARGV[1], id)
       redis.call('HSET', KEYS[7], id, envelope)
       redis.call('HSET', KEYS[10], id, ARGV[6])
@@ -53,6 +63,7 @@ for _, id in ipairs(ids) do
     -- claim reports it and keeps it as a malformed dead letter (claim.lua).
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[9], id)
+    redis.call('HDEL', KEYS[11], id)
     redis.call('ZADD', KEYS[1], ARGV[1], id)
   end
 end
