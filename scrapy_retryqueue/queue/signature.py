@@ -118,8 +118,7 @@ def check_claimed(
     if version is not None and updated != version:
         raise SignatureError(
             "replay",
-            f"the live task's envelope was written at {version}, this one at "
-            f"{_short(updated)}",
+            f"the live task's envelope was written at {version}, this one at {_short(updated)}",
         )
 
 
