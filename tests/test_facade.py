@@ -176,7 +176,7 @@ def test_a_claimed_task_with_a_broken_item_replay_is_a_malformed_dead_letter(
     assert len(isolated) == 1 and "retryqueue_item" in isolated[0]
     # A sound replay passes.
     stored["meta"] = {"retryqueue_item": {"item": {"name": "a"}, "class": None}}
-    assert runtime.claimed("t2", _task(stored), "tok-1") is not None
+    assert runtime.claimed("t1", _task(stored), "tok-2") is not None
 
 
 def test_a_poll_lost_to_an_outage_is_doubted_and_a_refused_one_is_not(tmp_path: Path) -> None:
@@ -256,7 +256,16 @@ def _reads_of_parts(source: str, parts: set[str]) -> list[str]:
 
 def test_the_glue_reads_no_part_behind_the_facade() -> None:
     parts = _parts_of_the_runtime()
-    assert parts == {"reporter", "writes", "breaker", "leases", "planner", "frontier", "requests"}
+    assert parts == {
+        "reporter",
+        "writes",
+        "breaker",
+        "leases",
+        "planner",
+        "frontier",
+        "requests",
+        "_offsite",
+    }
     package = Path(__file__).parent.parent / "scrapy_retryqueue"
     reads = {name: _reads_of_parts((package / name).read_text(), parts) for name in GLUE}
     assert not any(reads.values()), reads

@@ -63,6 +63,7 @@ def test_the_builtin_table_holds_every_builtin_kind_and_its_traits() -> None:
         "unserializable",
         "malformed",
         "poison",
+        "forged",
         "vetoed",
         "deferred",
     }

@@ -10,7 +10,7 @@ group of settings, and this package answers all of their public names:
 - :mod:`.readers`: the generic readers (:func:`number_setting`, :func:`bool_setting`,
   ...), which also serve the store's and the dashboard's settings;
 - :mod:`.redisaddress`: where the Redis is and how it is talked to;
-- :mod:`.security`: secret headers, encryption keys, :func:`redact_url`;
+- :mod:`.security`: secret headers, encryption and signing keys, :func:`redact_url`;
 - :mod:`.retrying`: kinds, policies, status and exception kinds, backoff, retry hook;
 - :mod:`.thresholds`: the retry budget, LearnedBackoff's and the monitors' thresholds;
 - :mod:`.scrapycompat`: Scrapy's RETRY_* settings mapped onto the queue's own.
@@ -42,7 +42,7 @@ from .redisaddress import (
     scrapy_redis_params,
 )
 from .retrying import build_backoff, kinds_setting
-from .security import encryption_setting, redact_url, secret_headers_setting
+from .security import encryption_setting, redact_url, secret_headers_setting, signing_setting
 from .thresholds import (
     MonitorThresholds,
     learned_backoff_settings,
@@ -77,6 +77,7 @@ __all__ = [
     "scrapy_redis_params",
     "secret_headers_setting",
     "shown",
+    "signing_setting",
     "unknown_settings",
 ]
 

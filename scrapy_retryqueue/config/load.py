@@ -44,7 +44,7 @@ from .retrying import (
     status_kinds_setting,
 )
 from .scrapycompat import own_policy_fields, read_scrapy_retry
-from .security import encryption_setting, secret_headers_setting
+from .security import encryption_setting, secret_headers_setting, signing_setting
 from .thresholds import learned_backoff_settings, monitor_thresholds, retry_budget_settings
 
 
@@ -155,6 +155,11 @@ def load_config(settings: Any) -> Config:
             number_setting(settings, "RETRYQUEUE_LEARNED_REFRESH", strict=True, finite=True)
         ),
         **retry_budget_settings(settings),
+        signing=signing_setting(settings),
+        replay_window=float(
+            number_setting(settings, "RETRYQUEUE_REPLAY_WINDOW", strict=True, finite=True)
+        ),
+        replay_records=number_setting(settings, "RETRYQUEUE_REPLAY_RECORDS", minimum=1, whole=True),
     )
     # Read only by LearnedBackoff and the Spidermon monitors (at the crawl's
     # end), but said at start like the others: a crawl must not run for hours

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..decision.kinds import KindTable
     from ..decision.policy import PolicyTable
     from ..secure.encryption import RequestCipher
+    from ..secure.signing import KeyRing
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +113,10 @@ class Config:
     retry_budget_window: float = defaults.RETRY_BUDGET_WINDOW
     #: RETRYQUEUE_FRONTIER_RESTART: start a new crawl after a finished one (frontier).
     frontier_restart: bool = False
+    #: RETRYQUEUE_SIGNING_KEYS as a key ring (secure/signing.py); None: nothing is
+    #: signed nor checked.
+    signing: KeyRing | None = None
+    #: How long (s) and how many records of finished tasks are kept, per spider, to
+    #: tell a replay by (RETRYQUEUE_REPLAY_WINDOW, RETRYQUEUE_REPLAY_RECORDS).
+    replay_window: float = defaults.REPLAY_WINDOW
+    replay_records: int = defaults.REPLAY_RECORDS

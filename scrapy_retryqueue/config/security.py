@@ -1,8 +1,9 @@
-"""Security settings: secret header names, encryption keys; URLs shown without their password.
+"""Security settings: secret header names, encryption and signing keys; URLs without password.
 
 What people may see of a stored request (RETRYQUEUE_SECRET_HEADERS), how it is sealed
-(RETRYQUEUE_ENCRYPTION_KEYS), and :func:`redact_url`, which every log line and error
-message that shows a Redis or database address goes through.
+(RETRYQUEUE_ENCRYPTION_KEYS), how stored entries are signed (RETRYQUEUE_SIGNING_KEYS),
+and :func:`redact_url`, which every log line and error message that shows a Redis or
+database address goes through.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .readers import raw_setting
 
 if TYPE_CHECKING:
     from ..secure.encryption import RequestCipher
+    from ..secure.signing import KeyRing
 
 
 def secret_headers_setting(settings: Any) -> frozenset[str]:
@@ -37,6 +39,13 @@ def encryption_setting(settings: Any) -> RequestCipher | None:
     from ..secure.encryption import cipher_for, parse_keys
 
     return cipher_for(parse_keys(raw_setting(settings, "RETRYQUEUE_ENCRYPTION_KEYS")))
+
+
+def signing_setting(settings: Any) -> KeyRing | None:
+    """RETRYQUEUE_SIGNING_KEYS as a key ring; None when no key is set (nothing signed)."""
+    from ..secure.signing import parse_keys, ring_for
+
+    return ring_for(parse_keys(raw_setting(settings, "RETRYQUEUE_SIGNING_KEYS")))
 
 
 def redact_url(url: str) -> str:

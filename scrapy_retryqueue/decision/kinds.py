@@ -46,6 +46,9 @@ UNSERIALIZABLE = "unserializable"
 MALFORMED = "malformed"
 #: A task reclaimed more than RETRYQUEUE_MAX_RECLAIMS times (reap.lua).
 POISON = "poison"
+#: A stored entry the crawl did not write where it sits (RETRYQUEUE_SIGNING_KEYS):
+#: unsigned, a bad signature, an unknown key, moved, or a replay. Never fetched.
+FORGED = "forged"
 #: A retry that RETRYQUEUE_RETRY_HOOK refused.
 VETOED = "vetoed"
 #: A fresh request parked because its domain cools down: not a failure, no
@@ -139,6 +142,9 @@ BUILTIN: tuple[Kind, ...] = (
     Kind(UNSERIALIZABLE, internal=True),
     Kind(MALFORMED, internal=True),
     Kind(POISON, internal=True),
+    # WARNING, not ERROR: the crawl did what it should (the entry is refused and
+    # kept for the audit); the line names the task and why.
+    Kind(FORGED, internal=True, dead_log_level="WARNING"),
     Kind(VETOED, internal=True, dead_log_level="INFO"),
     Kind(DEFERRED, internal=True),
 )
@@ -337,4 +343,4 @@ EXCEPTION_KINDS: dict[str, str] = {
 
 #: RETRYQUEUE_MONITOR_MAX_DEAD when it is not set: no dead letter of the kinds only
 #: a bug, a hostile writer or a request that crashes every node produce.
-MONITOR_MAX_DEAD: dict[str, int] = {MALFORMED: 0, POISON: 0, UNSERIALIZABLE: 0}
+MONITOR_MAX_DEAD: dict[str, int] = {MALFORMED: 0, POISON: 0, UNSERIALIZABLE: 0, FORGED: 0}

@@ -28,11 +28,13 @@ from ..settings.defaults import (
     QUEUE_BATCH,
     REPLAY_RECORDS,
     REPLAY_WINDOW,
+    SIGNATURE_SAMPLE,
 )
 from ..values import as_text
 from .claim import Claimed, RetryBudget, claim_call, parse_claimed
 from .envelope import Task
 from .keys import Keys, all_keys, keys_for
+from .signature import signed_key_id
 from .taskinfo import host_of
 from .wire import (
     SNIPPETS,
@@ -401,6 +403,19 @@ class RedisDelayedQueue:
             if len(fields) == 3:
                 nodes[as_text(node)] = (fields[0], fields[1], fields[2])
         return nodes
+
+    def signature_key_ids(self, sample: int = SIGNATURE_SAMPLE) -> set[str]:
+        """The key ids that sign some of the spider's stored entries (live tasks, frontier
+        requests), read from one page of each of their hashes (HSCAN of about *sample*
+        fields): which keys a node needs to act on them. Empty when none is signed."""
+        found: set[str] = set()
+        for key in (self.keys.tasks, self.keys.frontier_requests):
+            _, page = self.client.hscan(key, 0, count=sample)
+            for raw in page.values():
+                kid = signed_key_id(envelope_text(raw))
+                if kid is not None:
+                    found.add(kid)
+        return found
 
     def probe(self) -> None:
         """Raise the client's error unless the node serving this spider's slot answers.

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decision.kinds import MALFORMED
+from ..decision.kinds import FORGED, MALFORMED
 from ..exceptions import EnvelopeError
 from ..settings.defaults import ENVELOPE_MAX_ATTEMPTS, ENVELOPE_MAX_MS, ENVELOPE_VERSION
 from .document import dumps, read_document, shown
@@ -108,7 +108,11 @@ def task_from_json(raw: str | bytes) -> Task:
     Whatever *raw* holds, the result is a Task whose fields have the types
     and ranges this package writes, or an EnvelopeError: no other exception.
     """
-    doc = read_document(raw)
+    return task_from_document(read_document(raw))
+
+
+def task_from_document(doc: dict[str, Any]) -> Task:
+    """An envelope read by :func:`~.document.read_document` as a Task (see :func:`task_from_json`)."""
     version = doc.get("v")
     if not isinstance(version, int) or isinstance(version, bool):
         raise EnvelopeError(f"envelope field 'v' must be an integer version, got {shown(version)}")
@@ -168,13 +172,27 @@ def malformed_envelope(task_id: str, raw: str | bytes, error: str, node: str) ->
     Text is kept as it is (``raw``); bytes that are not UTF-8 text are kept as
     base64 (``raw_base64``), so the dead letter itself is valid JSON.
     """
+    return _kept(task_id, raw, node, MALFORMED, "EnvelopeError", error)
+
+
+def forged_envelope(task_id: str, raw: str | bytes, reason: str, node: str) -> str:
+    """The dead-letter envelope of an entry the crawl refused (RETRYQUEUE_SIGNING_KEYS, or a
+    task under another id): kind ``forged``, its stored value kept as it was, for the audit.
+
+    It holds no ``request``: nothing of a refused entry is ever rebuilt into one
+    (``scrapy deadletters requeue --kind forged --force`` reads ``raw`` itself).
+    """
+    return _kept(task_id, raw, node, FORGED, "SignatureError", reason)
+
+
+def _kept(task_id: str, raw: str | bytes, node: str, kind: str, error_type: str, why: str) -> str:
     doc: dict[str, Any] = {
         "v": ENVELOPE_VERSION,
         "id": task_id,
-        "dead_kind": MALFORMED,
-        "kind": MALFORMED,
+        "dead_kind": kind,
+        "kind": kind,
         "node": node,
-        "last_error": {"kind": MALFORMED, "type": "EnvelopeError", "message": error},
+        "last_error": {"kind": kind, "type": error_type, "message": why},
     }
     if isinstance(raw, bytes):
         try:

@@ -132,6 +132,11 @@ def request_to_json(
         out["body"] = base64.b64encode(body).decode("ascii")
     if "_class" in d:
         out["_class"] = d["_class"]
+    if request.dont_filter:
+        # Kept: a request the project let past the dupefilter and the offsite check
+        # (Scrapy's OffsiteMiddleware lets dont_filter through) is let past it again
+        # when re-injected; any other is checked as a fresh one is.
+        out["dont_filter"] = True
     return out
 
 

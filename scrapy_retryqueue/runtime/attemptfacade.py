@@ -24,7 +24,16 @@ from ..queue.delayed import Write
 from ..settings.defaults import META_FRONTIER, META_TASK
 from ..values import now_ms
 from .outcome import Outcome
-from .taskref import TaskRef, live_ref, ref_created, ref_host, ref_learning, ref_of, settle
+from .taskref import (
+    TaskRef,
+    live_ref,
+    ref_created,
+    ref_host,
+    ref_learning,
+    ref_of,
+    ref_updated,
+    settle,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Container
@@ -228,6 +237,9 @@ class AttemptFacade:
             url=ref["url"],
             created=ref_created(ref),
             host=ref_host(ref),
+            # The envelope it was claimed with is the one it finished with (a replay
+            # of it is refused: refusals.py).
+            version=ref_updated(ref),
         )
         if not ignored:
             write = self._learning(write, ref)

@@ -1,4 +1,4 @@
-"""What the engine of a crawl is still working on, read without changing it (no I/O).
+"""What the engine of a crawl is still working on, and its offsite rule, read without changing it.
 
 A request leaves the engine's ``slot.inprogress`` only once its callback has run
 and that output has gone through the item pipelines and to the scheduler (or its
@@ -33,3 +33,24 @@ def wake(crawler: Any) -> None:
     nextcall = getattr(slot, "nextcall", None)
     if nextcall is not None:
         nextcall.schedule()
+
+
+def offsite_rule(crawler: Any) -> Any:
+    """The ``should_follow(request, spider)`` of the crawl's downloader OffsiteMiddleware
+    (Scrapy's, or a project's subclass of it), None when the crawl runs none.
+
+    A re-injected request carries ``dont_filter`` (the dupefilter saw it the first
+    time), which that middleware lets through unchecked; the runtime asks this rule
+    instead, so that a retry goes where a fresh request of the spider may go.
+    """
+    from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
+
+    try:
+        engine = crawler.engine
+    except (AttributeError, RuntimeError):  # Scrapy 2.19: not set before the crawl starts
+        return None
+    manager = getattr(getattr(engine, "downloader", None), "middleware", None)
+    for middleware in getattr(manager, "middlewares", ()):
+        if isinstance(middleware, OffsiteMiddleware):
+            return middleware.should_follow
+    return None

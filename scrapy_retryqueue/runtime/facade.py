@@ -50,6 +50,7 @@ from .outcome import Outcome
 from .planner import Planner
 from .pollfacade import PollFacade
 from .preflight import preflight
+from .refusals import Offsite, Record
 from .reporting import Reporter
 from .retrybudget import RequestCounts
 from .retryhook import build_hook
@@ -95,11 +96,21 @@ def runtime_for(crawler: Crawler) -> RetryQueueRuntime:
     if runtime is None:
         runtime = RetryQueueRuntime(crawler)
         if runtime.config.enabled:
-            preflight(runtime.config, crawler.settings)
+            preflight(runtime.config, crawler.settings, _spider_name(crawler))
         _RUNTIMES[crawler] = runtime
     if not runtime.config.enabled:
         raise NotConfigured("RETRYQUEUE_ENABLED is False")
     return runtime
+
+
+def _spider_name(crawler: Crawler) -> str | None:
+    """The crawl's spider name when it is known already (Scrapy 2.19 makes the spider
+    before the components), else None."""
+    try:
+        name = getattr(crawler.spider, "name", None)
+    except (AttributeError, RuntimeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _recomputed_meta(crawler: Crawler) -> dict[str, Any]:
@@ -187,6 +198,11 @@ class RetryQueueRuntime(LifecycleFacade, AttemptFacade, PollFacade, FrontierFaca
         #: Tasks left in Redis (due or leased) as close() read them after its last
         #: write; None when it could not (Redis down): the last poll's count stands.
         self.pending_at_close: int | None = None
+        #: What the last polls' claims read beside each task they leased, until it is
+        #: re-injected (claimed()): the records a replay is told by (signing keys).
+        self._records: dict[str, Record] = {}
+        #: The spider's offsite rule, which a re-injected request is held to.
+        self._offsite = Offsite(crawler, self.reporter.count)
 
     def fingerprint(self, request: Request) -> str:
         return self.crawler.request_fingerprinter.fingerprint(request).hex()

@@ -25,7 +25,7 @@ from ..queue.taskinfo import host_word
 from ..settings import defaults
 from ..values import now_ms
 from .retryhook import ask_hook
-from .taskref import TaskRef, ref_of
+from .taskref import TaskRef, ref_of, ref_updated
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -175,6 +175,10 @@ class Planner:
                     attempts.get(failure.kind, 0),
                     str(exc),
                 )
+        if ref is not None and ref.get("dont_filter") is not True:
+            # Re-injected with dont_filter (it passed the dupefilter once); its
+            # envelope keeps the project's own flag, not that one.
+            request_json.pop("dont_filter", None)
         if ref is None and self.config.priority_adjust:
             # Adjusted once, when the task is created; the envelope keeps it.
             request_json["priority"] = request.priority + self.config.priority_adjust
@@ -195,7 +199,9 @@ class Planner:
             last_error=error,
             node=self.config.node_id,
             created=ref["created"] if ref else now,
-            updated=now,
+            # Later than the envelope it follows, whatever the nodes' clocks say: the
+            # version a replay of that one is told by (refusals.py).
+            updated=max(now, ref_updated(ref) + 1) if ref and ref_updated(ref) else now,
             due=now + int(decision.delay * 1000),
             dead_kind=None if decision.retry else decision.kind,
             max_retries=self._budget(request, decision.kind, resolved),

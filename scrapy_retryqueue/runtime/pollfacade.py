@@ -1,7 +1,8 @@
 """The runtime facade's polls: the round trip that claims due tasks, a claimed task's request.
 
 One round trip renews, reaps and claims; what its answer holds is told; a
-claimed task is read back as its request (or, for an item replay, its item).
+claimed task is read back as its request (or, for an item replay, its item),
+unless the crawl refuses it (:mod:`.refusals`: forged, or off the spider's domains).
 
 :class:`PollFacade` is a base of :class:`~.facade.RetryQueueRuntime`, as
 :class:`~.frontierfacade.FrontierFacade` is: it works on the runtime's own parts,
@@ -14,9 +15,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..decision.kinds import FORGED as FORGED_KIND
 from ..decision.kinds import MALFORMED as MALFORMED_KIND
 from ..decision.kinds import POISON as POISON_KIND
-from ..exceptions import EncryptionKeyError
+from ..exceptions import EncryptionKeyError, SignatureError
 from ..queue.connection import is_outage
 from ..queue.delayed import Write
 from ..queue.envelope import (
@@ -25,18 +27,19 @@ from ..queue.envelope import (
     check_json,
     malformed_envelope,
     request_from_json,
-    task_from_json,
 )
 from ..settings.defaults import (
     FLEET_BUSY_MIN_MS,
     FLEET_HEARTBEAT_MIN_MS,
     FLEET_REGISTERED_POLLS,
+    META_FRONTIER,
     META_ITEM,
     META_TASK,
 )
 from ..values import now_ms
 from .outcome import Outcome
 from .planner import retries_so_far
+from .refusals import check_place, forged_stats, forged_write, signed_task
 from .taskref import task_ref
 
 if TYPE_CHECKING:
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from .breaker import DomainBreaker
     from .frontier import Frontier
     from .leases import Leases, PollResult
+    from .refusals import Offsite, Record
     from .reporting import Reporter
     from .retrybudget import RequestCounts
     from .writes import WritePath
@@ -73,6 +77,8 @@ class PollFacade:
     spider: Spider | None
     fleet: dict[str, tuple[int, int, int]]
     _registered: int
+    _records: dict[str, Record]
+    _offsite: Offsite
 
     # -- polling -----------------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class PollFacade:
             reporter.count("retryqueue/lease_lost", len(lost))
         for task_id, _ in result.claimed.tasks:
             self.leases.hold(task_id, result.token)
+        self._records.update(result.claimed.records)
         return result
 
     def _poll_failed(self, failure: Any, token: str) -> None:
@@ -183,17 +190,33 @@ class PollFacade:
     def claimed(self, task_id: str, raw: str | bytes, token: str) -> Request | None:
         """The request of a task a poll claimed, marked as that task's attempt under *token*.
 
-        None when the stored task cannot be read: it is dead-lettered as
-        malformed. Raises EncryptionKeyError when no listed key decrypts it:
-        it is not malformed, a node with the key can run it (encryption.py).
+        None when the stored task cannot be read (dead-lettered as malformed), when
+        the crawl refuses it (refusals.py: a bad signature, another task's or spider's
+        envelope, a replay: dead-lettered as forged, never fetched), or when its URL is
+        off the spider's allowed_domains (dropped as an offsite request, its task
+        done). Raises EncryptionKeyError when no listed key decrypts it: it is not
+        malformed, a node with the key can run it (encryption.py).
         """
+        record = self._records.pop(task_id, None)
         try:
-            task = task_from_json(raw)
+            task = signed_task(self.config, raw)
             request = request_from_json(task.request, self.spider, cipher=self.config.encryption)
             check_item_replay(request.meta.get(META_ITEM))
+            spider = self.spider.name if self.spider is not None else ""
+            check_place(self.config, spider, task_id, task, record)
+            replay = self.config.item_replay and isinstance(request.meta.get(META_ITEM), dict)
+            if not replay and not self._offsite.allows(task.request, request):
+                # Dropped as Scrapy drops a fresh request off the spider's domains.
+                request.meta[META_TASK] = task_ref(task, token)
+                self._offsite.refused(task_id, request)
+                self.ack(request, ignored=True)
+                return None
             return self.claimed_request(task, token, request)
         except EncryptionKeyError:
             raise  # not malformed: it goes on up
+        except SignatureError as exc:
+            self._dead_letter_forged(task_id, raw, token, exc)
+            return None
         except EnvelopeError as exc:
             self._dead_letter_malformed(task_id, raw, token, exc)
             return None
@@ -210,6 +233,8 @@ class PollFacade:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
         from ..settings.defaults import SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
 
+        # A stored meta's frontier lease names no lease of this node.
+        request.meta.pop(META_FRONTIER, None)
         request.meta[META_TASK] = task_ref(task, token)
         request.meta[SCRAPY_META_DONT_CACHE] = True
         # Scrapy's count, so a callback's get_retry_request() goes on from it.
@@ -238,6 +263,26 @@ class PollFacade:
         def written(outcome: Outcome) -> None:
             if outcome is Outcome.DEAD:
                 self.reporter.dead_without_request(MALFORMED_KIND, [task_id], str(error))
+
+        d = writes.submit(write)
+        self.leases.written_by(task_id, d)
+        d.addCallbacks(
+            written, lambda f: logger.error("could not dead-letter task %s: %s", task_id, f.value)
+        )
+
+    def _dead_letter_forged(
+        self, task_id: str, raw: str | bytes, token: str, error: SignatureError
+    ) -> None:
+        """A claimed task the crawl refuses: kept as a forged dead letter, never fetched."""
+        writes = self.writes
+        assert writes.queue is not None
+        write = forged_write(self.config, task_id, raw, token, error, now_ms())
+
+        def written(outcome: Outcome) -> None:
+            if outcome is Outcome.DEAD:
+                for stat in forged_stats(error):
+                    self.reporter.count(stat)
+                self.reporter.dead_without_request(FORGED_KIND, [task_id], str(error))
 
         d = writes.submit(write)
         self.leases.written_by(task_id, d)

@@ -1,4 +1,4 @@
-"""The checks before a crawl starts: its Redis answers, the paths it will write can be written.
+"""The checks before a crawl starts: its Redis answers, its paths can be written, its keys fit.
 
 :func:`~.facade.runtime_for` runs them when it builds a crawler's runtime: Scrapy
 ends a crawl with a non-zero exit status only when building its components fails,
@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(f"{__package__}.facade")
 
 
-def preflight(config: Config, settings: Any = None) -> None:
+def preflight(config: Config, settings: Any = None, spider: str | None = None) -> None:
     """Stop the crawl with one error line when its Redis cannot be reached at start,
-    or a path it will write cannot be written."""
+    a path it will write cannot be written, or the queue of *spider* holds signed
+    entries this node has no key for (keycheck.py)."""
     from ..exceptions import EmbeddedServerError
     from ..queue import embedded
     from ..queue.connection import check_reachable, embedded_dir
     from ..settings.defaults import REDIS_START_TIMEOUT
+    from .keycheck import check_at_start
     from .startup import stop_at_start
     from .writable import directory_problem, file_problem
 
@@ -73,6 +75,7 @@ def preflight(config: Config, settings: Any = None) -> None:
             embedded.server_binary()
         except EmbeddedServerError as exc:
             stop_at_start(f"the embedded Redis-compatible server cannot start: {exc}")
+        check_at_start(config, spider, directory)
         return
     if config.start_without_redis:
         return  # an outage at start is spooled like any other
@@ -87,3 +90,4 @@ def preflight(config: Config, settings: Any = None) -> None:
             "set RETRYQUEUE_START_WITHOUT_REDIS = True to crawl anyway and keep failures in "
             "the local spool until Redis answers"
         )
+    check_at_start(config, spider, directory)

@@ -39,6 +39,9 @@ def task_ref(task: Task, token: str) -> TaskRef:
         # True once acked, rescheduled or dead-lettered: a later failure of the
         # same response (its callback, an item) starts a new task.
         "settled": False,
+        # The stored request's own dont_filter (a re-injected one always has it):
+        # what its next envelope keeps, and whether the offsite check applies.
+        "dont_filter": task.request.get("dont_filter") is True,
     }
 
 
@@ -65,6 +68,14 @@ def ref_created(ref: TaskRef) -> int | None:
     created = ref.get("created")
     if isinstance(created, int) and not isinstance(created, bool) and created > 0:
         return created
+    return None
+
+
+def ref_updated(ref: TaskRef) -> int | None:
+    """The ``updated`` time (ms) of the envelope the ref's task was claimed with."""
+    updated = ref.get("updated")
+    if isinstance(updated, int) and not isinstance(updated, bool):
+        return updated
     return None
 
 

@@ -103,6 +103,9 @@ class WritePath:
             learned_half_life=config.learned_half_life,
             learned_max_records=config.learned_max_records,
             project=config.namespace,
+            signing=config.signing,
+            finished_keep=config.replay_window,
+            finished_max=config.replay_records,
         )
         outage: BaseException | None = None
         try:

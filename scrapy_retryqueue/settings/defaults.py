@@ -57,6 +57,9 @@ REPLAY_WINDOW = 7 * 24 * 3600.0
 #: RETRYQUEUE_REPLAY_RECORDS: the most finished tasks' records kept per spider
 #: (about 100 bytes each in Redis); past it the oldest go first.
 REPLAY_RECORDS = 200_000
+#: Stored entries a node looks at when it starts, to learn which signing keys the
+#: spider's queue needs (one HSCAN page of its tasks and one of its frontier's).
+SIGNATURE_SAMPLE = 20
 #: RETRYQUEUE_LEARNED_HALF_LIFE: seconds after which an observation weighs half.
 LEARNED_HALF_LIFE = 7 * 24 * 3600.0
 #: RETRYQUEUE_LEARNED_MAX_RECORDS: (kind, domain) records kept per spider.
@@ -303,6 +306,12 @@ SETTINGS: dict[str, Any] = {
     #: Fernet keys that encrypt a stored request's headers, body and cookies at
     #: rest (encryption.py): the first encrypts, every one decrypts. Empty: off.
     "RETRYQUEUE_ENCRYPTION_KEYS": [],
+    #: Keys that sign every entry a crawl acts on (signing.py): the first signs,
+    #: every one verifies. Empty: nothing is signed nor checked.
+    "RETRYQUEUE_SIGNING_KEYS": [],
+    #: Seconds and count of the records of finished tasks replays are told by.
+    "RETRYQUEUE_REPLAY_WINDOW": REPLAY_WINDOW,
+    "RETRYQUEUE_REPLAY_RECORDS": REPLAY_RECORDS,
 }
 
 #: Request meta keys the queue reads.

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import bool_setting, number_setting, raw_setting, redact_url
 from ..exceptions import ConfigError
+from ..secure.signing import parse_keys
 from ..settings import defaults
 
 _DIALECTS = ("postgresql", "sqlite")
@@ -32,6 +33,9 @@ class StoreConfig:
     #: Days; None keeps dead letters forever.
     dead_retention: float | None
     history_retention: float | None
+    #: RETRYQUEUE_SIGNING_KEYS (key bytes: a forked writer gets them pickled); none:
+    #: the writer checks no signature.
+    signing_keys: tuple[bytes, ...] = ()
 
     def url_for(self, embedded_directory: Path) -> str:
         """The database URL to use: the configured one, or the SQLite default."""
@@ -110,4 +114,5 @@ def load_store_config(settings: Any) -> StoreConfig:
         create_schema=bool_setting(settings, "RETRYQUEUE_STORE_CREATE_SCHEMA"),
         dead_retention=_retention(settings, "RETRYQUEUE_DEAD_RETENTION"),
         history_retention=_retention(settings, "RETRYQUEUE_HISTORY_RETENTION"),
+        signing_keys=parse_keys(raw_setting(settings, "RETRYQUEUE_SIGNING_KEYS")),
     )

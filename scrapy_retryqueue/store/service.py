@@ -31,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import redact_url
 from ..queue.connection import is_outage
+from ..secure.signing import ring_for
 from ..settings.defaults import (
     REDIS_SOCKET_TIMEOUT,
     STORE_RETENTION_INTERVAL,
@@ -116,6 +117,7 @@ def event_sync(
         claim_idle=config.claim_idle,
         stats=stats,
         project=project,
+        signing=ring_for(config.signing_keys),
     )
 
 

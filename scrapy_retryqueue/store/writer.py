@@ -291,6 +291,9 @@ class Batch:
     deaths: list[tuple[str, str, int, dict[str, Any]]] = field(default_factory=list)
     events: int = 0
     ignored: int = 0
+    #: Task ids whose rows only weak events made (store/verify.py): written only over
+    #: an unfinished row of the store.
+    weak: set[str] = field(default_factory=set)
 
     @property
     def rows(self) -> int:
