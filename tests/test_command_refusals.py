@@ -113,6 +113,7 @@ REFUSALS: dict[tuple[str, str], list[Refusal]] = {
         Refusal(("--spider", ""), ("--spider", "''", EMPTY)),
         Refusal(("--status", "all"), ("--status", "'all'", "dead letters only")),
         Refusal(("--limit", "-1"), ("--limit", "got -1")),
+        Refusal(("--force",), ("--force", "forged dead letters only", "--kind forged")),
     ],
     ("deadletters", "purge"): [
         Refusal(("--kind", "timeout,"), ("--kind", "'timeout,'", EMPTY)),
@@ -154,6 +155,8 @@ REFUSALS: dict[tuple[str, str], list[Refusal]] = {
         Refusal(("--spider", "nobody"), ("--spider", "'nobody'", f"its spiders: {SPIDER}")),
         Refusal(("--spider", f"{SPIDER},two"), ("--spider", "one spider at a time")),
     ],
+    # No option; a bad setting is refused as by every subcommand (below).
+    ("retryqueue", "keygen"): [],
 }
 #: Subcommands whose filter options are checked by the same code as export's, before
 #: anything is opened: a few of their own cases show the order, export's show the rest.

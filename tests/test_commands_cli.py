@@ -83,6 +83,7 @@ def test_every_subcommand_is_listed() -> None:
         ("retryqueue", "dashboard"),
         ("retryqueue", "writer"),
         ("retryqueue", "settings"),
+        ("retryqueue", "keygen"),
     ]
 
 

@@ -144,7 +144,8 @@ def build_parser() -> ArgumentParser:
             "Each goes back through the queue's own schedule operation; its row becomes\n"
             "waiting and keeps its failure history. A request that already has a live\n"
             "retry in the queue is left alone; a malformed dead letter (no request to\n"
-            "rebuild) is skipped and named."
+            "rebuild) is skipped and named; a forged one (an entry the crawl refused,\n"
+            "RETRYQUEUE_SIGNING_KEYS) is skipped unless asked with --kind forged --force."
         ),
         epilog=GLOBAL_OPTIONS,
     )
@@ -155,6 +156,11 @@ def build_parser() -> ArgumentParser:
                          "its kind): a task that died of an exhausted budget dies again at "
                          "its next failure (default: a fresh budget, its attempts reset to "
                          "0)")  # fmt: skip
+    requeue.add_argument("--force", action="store_true",
+                         help="with --kind forged only: put back the entries the crawl "
+                         "refused as forged (RETRYQUEUE_SIGNING_KEYS), each as the task it "
+                         "claims to be, signed now: you vouch for them (default: forged "
+                         "dead letters are never requeued)")  # fmt: skip
     requeue.add_argument("--dry-run", action="store_true",
                          help="list what would be requeued (row id, spider, kind, url; one "
                          "per line on stdout) and change nothing")  # fmt: skip

@@ -38,7 +38,9 @@ SCRAPY_RETRY_SETTINGS = (
 #: scrapy-redis's settings that name the Redis when RETRYQUEUE_REDIS_URL is unset.
 SCRAPY_REDIS_SETTINGS = ("REDIS_URL", "REDIS_PARAMS", "REDIS_HOST", "REDIS_PORT")
 #: Settings whose whole value is a secret.
-SECRET_SETTINGS = frozenset({"RETRYQUEUE_DASHBOARD_TOKEN", "RETRYQUEUE_ENCRYPTION_KEYS"})
+SECRET_SETTINGS = frozenset(
+    {"RETRYQUEUE_DASHBOARD_TOKEN", "RETRYQUEUE_ENCRYPTION_KEYS", "RETRYQUEUE_SIGNING_KEYS"}
+)
 #: Settings holding a URL, which may carry a password.
 URL_SETTINGS = frozenset({"RETRYQUEUE_REDIS_URL", "RETRYQUEUE_DATABASE_URL", "REDIS_URL"})
 #: redis-py's arguments in REDIS_PARAMS whose values are secrets (password,

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..decision.kinds import FORGED
 from ._args import check_limit, refuse_empty, spider_names
 from ._common import (
     EXIT_NO_MATCH,
@@ -114,6 +115,10 @@ class Command(BaseCommand):
                 f"--status {','.join(ns.status)!r}: requeue takes dead letters only; "
                 "leave --status out"
             )
+        if ns.force and FORGED not in filters.kinds:
+            raise CommandFailed(
+                f"--force requeues {FORGED} dead letters only: name them with --kind {FORGED}"
+            )
         total = _count(sources, filters)
         if ns.limit is not None:
             total = min(total, ns.limit)
@@ -142,6 +147,8 @@ class Command(BaseCommand):
             keep_budget=bool(ns.keep_budget),
             limit=total,
             on_chunk=progress.advance,
+            signing=sources.config.signing,
+            forged=bool(ns.force),
         )
         progress.finish()
         for bad in done.malformed:
@@ -154,6 +161,11 @@ class Command(BaseCommand):
             extra.append(f"{done.live} already had a live retry in the queue")
         if done.malformed:
             extra.append(f"{len(done.malformed)} skipped (malformed)")
+        if done.forged:
+            extra.append(
+                f"{done.forged} skipped ({FORGED}: never fetched; put back only with "
+                f"--kind {FORGED} --force)"
+            )
         budget = " (budget kept)" if ns.keep_budget else " (fresh budget)"
         tail = f"; {', '.join(extra)}" if extra else ""
         print(f"requeued {done.moved} dead letter(s){budget}{tail}", file=sys.stderr)

@@ -13,6 +13,8 @@
         run with RETRYQUEUE_STORE_ENABLED = False)
     scrapy retryqueue settings [--spider NAME] [--changed] [--json]
         every RETRYQUEUE_* setting's value and where it came from, secrets masked
+    scrapy retryqueue keygen
+        print a new key for RETRYQUEUE_SIGNING_KEYS
 
 Each subcommand describes its options: scrapy retryqueue SUBCOMMAND -h.
 """
@@ -61,7 +63,7 @@ def build_parser() -> ArgumentParser:
     )
     sub = parser.add_subparsers(
         dest="action",
-        metavar="{server,status,dashboard,writer,settings}",
+        metavar="{server,status,dashboard,writer,settings,keygen}",
         parser_class=ArgumentParser,
     )
     sub.required = True
@@ -171,8 +173,9 @@ def build_parser() -> ArgumentParser:
             "Scrapy's priority: default, command, addon, project, spider (--spider) or\n"
             "cmdline (-s NAME=VALUE); then Scrapy's RETRY_* and scrapy-redis's REDIS_*\n"
             "settings the add-on reads, when the project sets them. Passwords in URLs, the\n"
-            "dashboard token and the encryption keys read ***. The settings are then\n"
-            "checked as a crawl checks them: a bad one is one error line (exit code 2).\n"
+            "dashboard token, the encryption and the signing keys read ***. The settings\n"
+            "are then checked as a crawl checks them: a bad one is one error line (exit\n"
+            "code 2).\n"
             "Nothing is opened: neither Redis nor the store."
         ),
         epilog=GLOBAL_OPTIONS,
@@ -186,6 +189,21 @@ def build_parser() -> ArgumentParser:
                           "-s (default: every setting)")  # fmt: skip
     settings.add_argument("--json", action="store_true",
                           help="print JSON, for scripts (default: a table)")  # fmt: skip
+
+    subcommand_parser(
+        sub,
+        "keygen",
+        summary="Print a new signing key for RETRYQUEUE_SIGNING_KEYS.",
+        description=(
+            "32 random bytes, url-safe base64 (44 characters), on one line of stdout.\n"
+            "Every node, the store writer and the commands of a fleet list the same keys;\n"
+            "the first signs, every one listed verifies. To rotate: add the new key second\n"
+            "everywhere, then move it first, then remove the old one once nothing signed\n"
+            "with it is left (docs/deploy.md, rotating the signing key). Keep keys out of\n"
+            "the source tree: pass them in the environment."
+        ),
+        epilog=GLOBAL_OPTIONS,
+    )
     return parser
 
 
@@ -193,7 +211,7 @@ class Command(BaseCommand):
     name = "retryqueue"
 
     def syntax(self) -> str:
-        return "{server,status,dashboard,writer,settings} [options]"
+        return "{server,status,dashboard,writer,settings,keygen} [options]"
 
     def short_desc(self) -> str:
         return "Manage scrapy-retryqueue's embedded server; show the queue's status and settings"
@@ -213,6 +231,15 @@ class Command(BaseCommand):
             return self._writer(ns)
         if ns.action == "settings":
             return self._settings(ns)
+        if ns.action == "keygen":
+            from ..config import load_config
+            from ..secure.signing import generate_key
+
+            # As every subcommand: a setting no crawl accepts is said, not passed over.
+            assert self.settings is not None
+            load_config(self.settings)
+            print(generate_key())
+            return 0
         return self._dashboard(ns)
 
     def close(self) -> None:

@@ -73,9 +73,12 @@ def run(
             node_id=node_id,
             events_maxlen=config.events_maxlen,
             project=config.namespace,
+            signing=config.signing,
         )
-        # Malformed, or a live retry of the same request is queued already.
-        changed, skipped = requeued.moved, requeued.live + len(requeued.malformed)
+        # Malformed, forged (only `scrapy deadletters requeue --kind forged --force`
+        # puts one back), or a live retry of the same request is queued already.
+        changed = requeued.moved
+        skipped = requeued.live + len(requeued.malformed) + requeued.forged
         spiders = requeued.spiders
     else:
         op = actions.retry_now if action == "retry_now" else actions.cancel
@@ -86,6 +89,7 @@ def run(
             node_id=node_id,
             events_maxlen=config.events_maxlen,
             project=config.namespace,
+            signing=config.signing,
         )
         changed, skipped, spiders = done.changed, done.skipped, done.spiders
     sync(backend, client, spiders)

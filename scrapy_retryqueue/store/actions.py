@@ -17,9 +17,11 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, update
 
+from ..decision.kinds import FORGED
 from ..exceptions import EnvelopeError
 from ..queue.delayed import RedisDelayedQueue
 from ..queue.envelope import task_from_json
+from ..secure.signing import KeyRing
 from ..settings.defaults import FINAL_TASK_STATUSES
 from ..values import now_ms
 from .db import Store
@@ -49,11 +51,20 @@ def applicable(action: str, filters: Filters) -> Filters:
 class _Queues:
     """One queue per spider, made on first use."""
 
-    def __init__(self, client: Any, *, node_id: str, events_maxlen: int, project: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        node_id: str,
+        events_maxlen: int,
+        project: str,
+        signing: KeyRing | None = None,
+    ) -> None:
         self.client = client
         self.node_id = node_id
         self.events_maxlen = events_maxlen
         self.project = project
+        self.signing = signing
         self._queues: dict[str, RedisDelayedQueue] = {}
 
     def __call__(self, spider: str) -> RedisDelayedQueue:
@@ -64,6 +75,7 @@ class _Queues:
                 node_id=self.node_id,
                 events_maxlen=self.events_maxlen,
                 project=self.project,
+                signing=self.signing,
             )
         return self._queues[spider]
 
@@ -86,6 +98,8 @@ class Requeued:
     #: Dead letters whose request has a live retry in the queue already (left as they are).
     live: int = 0
     malformed: list[Malformed] = field(default_factory=list)
+    #: Forged dead letters left alone: requeued only when asked for by kind, forced.
+    forged: int = 0
     #: Spiders whose queue got a task back.
     spiders: set[str] = field(default_factory=set)
 
@@ -111,19 +125,34 @@ def requeue(
     limit: int | None = None,
     on_chunk: OnChunk | None = None,
     project: str = "",
+    signing: KeyRing | None = None,
+    forged: bool = False,
 ) -> Requeued:
     """Put the matching dead letters (at most *limit*) back in their spiders' queues, due now.
 
     A fresh budget unless *keep_budget*; the row goes back to ``waiting`` and
     its death is appended to its ``history``, so nothing of it is lost. *project*
-    is the namespace of the spiders' keys (Config.namespace).
+    is the namespace of the spiders' keys (Config.namespace); *signing* the key
+    ring that signs what goes back (RETRYQUEUE_SIGNING_KEYS). A ``forged`` dead
+    letter is left alone (counted) unless *forged*: then the entry it kept is put
+    back as the task it claims to be, signed now (a person vouches for it).
     """
-    queues = _Queues(client, node_id=node_id, events_maxlen=events_maxlen, project=project)
+    queues = _Queues(
+        client, node_id=node_id, events_maxlen=events_maxlen, project=project, signing=signing
+    )
     result = Requeued()
     for rows in chunks(store, filters, _REQUEUE_COLUMNS, limit=limit):
         if on_chunk is not None:
             on_chunk(len(rows))
-        _requeue_rows(store, rows, queues, node_id=node_id, keep_budget=keep_budget, into=result)
+        _requeue_rows(
+            store,
+            rows,
+            queues,
+            node_id=node_id,
+            keep_budget=keep_budget,
+            forged=forged,
+            into=result,
+        )
     return result
 
 
@@ -134,6 +163,7 @@ def _requeue_rows(
     *,
     node_id: str,
     keep_budget: bool,
+    forged: bool,
     into: Requeued,
 ) -> None:
     c = tasks_table.c
@@ -141,15 +171,21 @@ def _requeue_rows(
     at_ms = int(now.timestamp() * 1000)  # the same instant as the rows' times
     updates = []
     for row in rows:
+        if row.kind == FORGED and not forged:
+            into.forged += 1
+            continue
         try:
-            task = task_from_json(json.dumps(row.envelope or {}))
+            task = task_from_json(_requeued_text(row))
         except EnvelopeError as exc:
             into.malformed.append(Malformed(row.id, row.url, str(exc)))
             continue
         if not keep_budget:
             task.attempts = {}
         task.dead_kind = None
-        task.due = task.updated = at_ms
+        if row.kind == FORGED:
+            task.spider = row.spider  # the queue it is put back into
+        # Later than the dead letter's envelope: a copy of that one stays a replay.
+        task.due, task.updated = at_ms, max(at_ms, task.updated + 1)
         task.node = node_id
         if not queue_for(row.spider).schedule(task, now=at_ms):
             into.live += 1
@@ -189,6 +225,18 @@ def _requeue_rows(
             conn.execute(stmt, updates)
 
 
+def _requeued_text(row: Any) -> str:
+    """The envelope a dead letter's row puts back: its own, or for a forged one the entry
+    it kept (``raw``; one kept as ``raw_base64`` is no UTF-8 text, so no envelope)."""
+    envelope = row.envelope if isinstance(row.envelope, dict) else {}
+    if row.kind == FORGED:
+        raw = envelope.get("raw")
+        if not isinstance(raw, str):
+            raise EnvelopeError("the forged entry it kept is not text")
+        return raw
+    return json.dumps(envelope)
+
+
 # -- purge -------------------------------------------------------------------------
 
 
@@ -218,9 +266,10 @@ def retry_now(
     node_id: str,
     events_maxlen: int,
     project: str = "",
+    signing: KeyRing | None = None,
 ) -> Changed:
     """Make the matching waiting tasks due now."""
-    return _queue_op(store, client, filters, "retry_now", node_id, events_maxlen, project)
+    return _queue_op(store, client, filters, "retry_now", node_id, events_maxlen, project, signing)
 
 
 def cancel(
@@ -231,9 +280,10 @@ def cancel(
     node_id: str,
     events_maxlen: int,
     project: str = "",
+    signing: KeyRing | None = None,
 ) -> Changed:
     """Remove the matching live tasks (waiting or leased) from the queue for good."""
-    return _queue_op(store, client, filters, "cancel", node_id, events_maxlen, project)
+    return _queue_op(store, client, filters, "cancel", node_id, events_maxlen, project, signing)
 
 
 def _queue_op(
@@ -244,9 +294,12 @@ def _queue_op(
     node_id: str,
     events_maxlen: int,
     project: str,
+    signing: KeyRing | None = None,
 ) -> Changed:
     c = tasks_table.c
-    queues = _Queues(client, node_id=node_id, events_maxlen=events_maxlen, project=project)
+    queues = _Queues(
+        client, node_id=node_id, events_maxlen=events_maxlen, project=project, signing=signing
+    )
     result = Changed()
     for rows in chunks(store, filters, (c.spider, c.task_id)):
         by_spider: dict[str, list[str]] = {}

@@ -263,7 +263,6 @@ class EventSync(DeadLetterSweep):
         checked = self.check.envelope(raw, doc, dead=source == "dead", task_id=task_id)
         if checked is not doc:
             what = "task" if source == "tasks" else "dead letter"
-            self.inc(FORGED)
             self._report_forged(
                 (source, task_id, raw),
                 f"{what} {shown_id(task_id)} in {key} is forged (its signature does not verify); "
@@ -328,6 +327,7 @@ class EventSync(DeadLetterSweep):
         if seen in self._malformed_seen:
             return
         self._malformed_seen.add(seen)
+        self.inc(FORGED)
         logger.error("scrapy-retryqueue: %s", line)
 
     def _report_malformed(self, seen: Any, line: str) -> None:

@@ -34,7 +34,7 @@ from ..queue.envelope import forged_envelope
 from ..queue.signature import verify_envelope, verify_event
 from ..secure.signing import KeyRing
 from ..settings.defaults import FINAL_TASK_STATUSES
-from .writer import Batch, EnvelopeDoc, Event, parse_envelope
+from .writer import STATUS_OF, Batch, EnvelopeDoc, Event, parse_envelope
 
 logger = logging.getLogger("scrapy_retryqueue.store.sync")
 
@@ -67,7 +67,8 @@ class StoreCheck:
 
     def events(self, events: Iterable[Event]) -> Checked:
         checked = Checked()
-        strong: set[str] = set()
+        #: Task id -> the status its latest trusted event in this batch gives it.
+        latest: dict[str, str | None] = {}
         for event in events:
             if not event.type:
                 checked.events.append(event)  # malformed: makes no row anyway
@@ -77,16 +78,19 @@ class StoreCheck:
                 checked.quarantined += 1
                 continue
             if verdict == WEAK:
+                if latest.get(event.task_id) in FINAL_TASK_STATUSES:
+                    continue  # it finished earlier in this batch: a weak event is no news
+                if event.task_id not in latest:
+                    checked.weak.add(event.task_id)
                 dropped = CONTENT_FIELDS
                 if event.type != lifecycle.DEAD:
                     dropped = (*dropped, lifecycle.KIND)
                 fields = {k: v for k, v in event.fields.items() if k not in dropped}
                 event = Event(event.stream_id, event.spider, fields)
-                checked.weak.add(event.task_id)
             else:
-                strong.add(event.task_id)
+                latest[event.task_id] = STATUS_OF.get(event.type)
+                checked.weak.discard(event.task_id)
             checked.events.append(event)
-        checked.weak -= strong
         return checked
 
     def _event(self, event: Event) -> str:
