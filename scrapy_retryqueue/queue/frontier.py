@@ -13,7 +13,7 @@ worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,17 +190,27 @@ class RedisFrontier:
         )
         return [task_id_text(x) for x in reclaimed], [task_id_text(x) for x in poisoned]
 
-    def quarantine(self, leases: dict[str, str]) -> int:
-        """Take leased requests that cannot be read out of the frontier, kept as stored."""
+    def quarantine(self, leases: dict[str, str], *, forged: Collection[str] = ()) -> int:
+        """Take leased requests that cannot be read out of the frontier, kept as stored:
+        as ``malformed``, or ``forged`` for the ids in *forged* (a signature that does
+        not verify, RETRYQUEUE_SIGNING_KEYS)."""
         k = self.keys
         keys = [
             *(k.frontier_requests, k.frontier_leased, k.frontier_owners),
             *(k.frontier_scores, k.frontier_reclaims, k.frontier_quarantine),
         ]
-        args: list[Any] = [kinds.MALFORMED]
-        for request_id, token in leases.items():
-            args += [wire_id(request_id), token]
-        return int(self._run("frontier_quarantine", keys, args))
+        done = 0
+        for kind, chosen in (
+            (kinds.MALFORMED, {i: t for i, t in leases.items() if i not in forged}),
+            (kinds.FORGED, {i: t for i, t in leases.items() if i in forged}),
+        ):
+            if not chosen:
+                continue
+            args: list[Any] = [kind]
+            for request_id, token in chosen.items():
+                args += [wire_id(request_id), token]
+            done += int(self._run("frontier_quarantine", keys, args))
+        return done
 
     def _each(self, leases: dict[str, str], script: str, keys: list[str], out: type) -> Any:
         """Run *script* over (id, token) pairs in batches; lists are joined, counts added."""

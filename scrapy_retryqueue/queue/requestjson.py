@@ -31,6 +31,7 @@ from ..settings.defaults import (
     TRANSIENT_META_KEYS,
 )
 from .document import dumps, read_document, shown
+from .signature import FIELD as SIGNATURE_FIELD
 
 # Request attributes written only when they differ from Request's defaults, to
 # keep envelopes small.
@@ -285,6 +286,7 @@ def frontier_request_from_json(
     data = read_document(raw)
     if not isinstance(data.get("url"), str):
         raise EnvelopeError("frontier request must be a JSON object with a string 'url'")
+    data.pop(SIGNATURE_FIELD, None)  # checked by the caller (signature.py), no request field
     dont_filter = data.pop("dont_filter", False) is True
     request = request_from_json(data, spider, cipher=cipher)
     request.dont_filter = dont_filter

@@ -79,6 +79,9 @@ class Frontier:
         self.done: dict[str, str] = {}
         #: Leased but unreadable, to quarantine: id -> token.
         self.bad: dict[str, str] = {}
+        #: The ids of ``bad`` refused as forged (a signature that does not verify),
+        #: quarantined as such rather than as malformed.
+        self.forged: set[str] = set()
         #: Leased, sound, but no key of this node opens it: id -> token, renewed and
         #: handed back at close for a node that has the key.
         self.kept: dict[str, str] = {}
@@ -169,6 +172,7 @@ class Frontier:
         lease_ms = int(config.lease_time * 1000)
         max_reclaims = config.max_reclaims
         join = self.seeds and not self.joined
+        forged = frozenset(self.forged)
 
         def io() -> FrontierResult:
             now_ = now_ms()
@@ -189,7 +193,7 @@ class Frontier:
                 result.acked = len(taken.acks) - len(lost)
                 result.lost += lost
             if taken.bad:
-                result.quarantined = store.quarantine(taken.bad)
+                result.quarantined = store.quarantine(taken.bad, forged=forged)
             # Before the reap (renewal.py): a node that stalled past its leases keeps
             # them instead of reaping and fetching them again.
             if renew and renews is not None and renews(now_):
@@ -254,6 +258,7 @@ def close_io(
     *,
     alive_after: int,
     mark: Finished | None,
+    forged: frozenset[str] = frozenset(),
 ) -> tuple[int, int, int, bool]:
     """The last round trip of a node: pushes, acks, quarantines, then hand back the
     rest; a crawl found over forgets its seen fingerprints and, with *mark* (the
@@ -264,7 +269,7 @@ def close_io(
     pushed = sum(store.push(entries)) if entries else 0
     acked = len(acks) - len(store.ack(acks)) if acks else 0
     if bad:
-        store.quarantine(bad)
+        store.quarantine(bad, forged=forged)
     released = store.release(release) if release else 0
     return pushed, acked, released, store.finish(alive_after=alive_after, mark=mark)
 

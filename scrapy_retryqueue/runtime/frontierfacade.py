@@ -11,13 +11,14 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import EncryptionKeyError
+from ..exceptions import EncryptionKeyError, SignatureError
 from ..queue.connection import is_outage
 from ..queue.envelope import EnvelopeError
 from ..queue.frontier import Finished
 from ..settings.defaults import FLEET_HEARTBEAT_MIN_MS, META_FRONTIER, SCRAPY_FINISHED
 from ..values import now_ms
 from .frontier import FrontierResult, close_io, entry_for, finished_line
+from .refusals import check_frontier, forged_stats, signed_frontier_text
 from .taskref import live_ref
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class FrontierFacade:
             request_id, fingerprint = f"{fingerprint}:{uuid.uuid4().hex[:12]}", ""
         else:
             request_id = fingerprint
+        spider = self.spider.name if self.spider is not None else ""
+        text = signed_frontier_text(self.config, spider, request_id, text)
         self.frontier.outbox.append(entry_for(request_id, fingerprint, request, text))
         self._frontier_kick_soon()
 
@@ -131,7 +134,21 @@ class FrontierFacade:
         from ..queue.envelope import frontier_request_from_json
 
         try:
+            check_frontier(self.config, self.spider.name if self.spider else "", request_id, raw)
             request = frontier_request_from_json(raw, self.spider, cipher=self.config.encryption)
+        except SignatureError as exc:
+            self.frontier.bad[request_id] = token
+            self.frontier.forged.add(request_id)
+            for stat in forged_stats(exc):
+                self.reporter.count(stat)
+            self.reporter.count("retryqueue/frontier/forged")
+            logger.warning(
+                "scrapy-retryqueue: frontier request %s is forged (%s); not fetched, "
+                "quarantined as forged",
+                ascii(request_id),
+                exc,
+            )
+            return None
         except EncryptionKeyError as exc:
             # Sound, only not for this node: held, handed back when the crawl closes.
             self.frontier.kept[request_id] = token
@@ -320,7 +337,15 @@ class FrontierFacade:
             alive_after = now_ms() - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
             pushed, acked, released, finished = await maybe_deferred_to_future(
                 writes.call(
-                    close_io, store, entries, acks, bad, release, alive_after=alive_after, mark=mark
+                    close_io,
+                    store,
+                    entries,
+                    acks,
+                    bad,
+                    release,
+                    alive_after=alive_after,
+                    mark=mark,
+                    forged=frozenset(self.frontier.forged),
                 )
             )
         except Exception as exc:

@@ -25,7 +25,12 @@ from ..decision.kinds import FORGED
 from ..exceptions import SignatureError
 from ..queue.document import read_document
 from ..queue.envelope import Task, forged_envelope, task_from_document
-from ..queue.signature import check_claimed, verify_envelope
+from ..queue.signature import (
+    check_claimed,
+    sign_frontier_request,
+    verify_envelope,
+    verify_frontier_request,
+)
 from ..queue.write import Write
 from . import engineview
 
@@ -72,6 +77,26 @@ def check_place(
             "replay", "no version is recorded beside it, as every write of a signed task does"
         )
     check_claimed(doc, task_id=task_id, spider=spider, version=version, finished=finished)
+
+
+def signed_frontier_text(config: Config, spider: str, request_id: str, text: str) -> str:
+    """A frontier request's stored text, signed for its id and spider when keys are set."""
+    ring = config.signing
+    if ring is None:
+        return text
+    return sign_frontier_request(text, ring, config.namespace, spider, request_id)
+
+
+def check_frontier(config: Config, spider: str, request_id: str, raw: str | bytes) -> None:
+    """SignatureError when signing keys are set and a leased frontier request's stored text
+    is not signed for this request id and spider (a start page a keyless writer added, a
+    request moved from another id or spider): it is quarantined as forged, never fetched."""
+    ring = config.signing
+    if ring is None:
+        return
+    if not isinstance(raw, str):
+        raise SignatureError("unsigned", "it is not UTF-8 text, so no signature of it holds")
+    verify_frontier_request(raw, ring, config.namespace, spider, request_id)
 
 
 def forged_dead_id(task_id: str, now: int) -> str:
