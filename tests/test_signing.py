@@ -130,3 +130,32 @@ def test_a_generated_key_is_32_random_bytes() -> None:
     keys = {generate_key() for _ in range(20)}
     assert len(keys) == 20
     assert all(len(base64.urlsafe_b64decode(k)) == 32 and len(k) == 44 for k in keys)
+
+
+def _load(**settings: object):
+    from scrapy.settings import Settings
+
+    from scrapy_retryqueue.config import load_config
+
+    return load_config(Settings(settings))
+
+
+def test_the_settings_are_read_and_a_bad_one_is_one_line_naming_it() -> None:
+    config = _load(
+        RETRYQUEUE_SIGNING_KEYS=f"{NEW},{OLD}",
+        RETRYQUEUE_REPLAY_WINDOW="3600",
+        RETRYQUEUE_REPLAY_RECORDS=10,
+    )
+    assert config.signing is not None and config.signing.ids == ring(NEW, OLD).ids
+    assert (config.replay_window, config.replay_records) == (3600.0, 10)
+    assert _load().signing is None  # no key: nothing signed, nothing checked
+    for name, value in (
+        ("RETRYQUEUE_SIGNING_KEYS", ["not-a-key"]),
+        ("RETRYQUEUE_REPLAY_WINDOW", 0),
+        ("RETRYQUEUE_REPLAY_WINDOW", "forever"),
+        ("RETRYQUEUE_REPLAY_RECORDS", 0),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            _load(**{name: value})
+        message = str(caught.value)
+        assert message.startswith(name) and "\n" not in message, message
