@@ -358,9 +358,6 @@ FINISH_REASON_FLEET_FINISHED = "retryqueue_fleet_finished"
 #: Scrapy's own finish reason of a spider that ran out of work (its start
 #: requests all handled): the only one that marks a leased frontier's crawl finished.
 SCRAPY_FINISHED = "finished"
-#: The finish_reason of a crawl whose queue holds entries signed with no key of
-#: its RETRYQUEUE_SIGNING_KEYS (or signed while it has none): it touched nothing.
-FINISH_REASON_SIGNING_KEY_MISSING = "retryqueue_signing_key_missing"
 
 #: Middleware orders: where Scrapy's RetryMiddleware sits, and close to the spider.
 DOWNLOADER_MIDDLEWARE_ORDER = 550
