@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..exceptions import ConfigError, EncryptionKeyError, EnvelopeError
+from .keyring import ring_entries
 
 #: The setting that lists the keys, named by every error about them.
 SETTING = "RETRYQUEUE_ENCRYPTION_KEYS"
@@ -77,22 +78,7 @@ def parse_keys(value: Any) -> tuple[bytes, ...]:
     or keys separated by commas. An error never shows a key, only its position
     and length: a key is a secret, and the message reaches logs.
     """
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                value = json.loads(text)
-            except (ValueError, RecursionError):
-                raise ConfigError(
-                    f"{SETTING} is not a JSON list of keys (its text is not shown: it holds "
-                    f"secrets; {len(text)} characters)"
-                ) from None
-        else:
-            value = [part.strip() for part in text.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{SETTING} must be a list of Fernet keys, got a {type(value).__name__}")
+    value = ring_entries(SETTING, value, "Fernet keys")
     from cryptography.fernet import Fernet
 
     keys: list[bytes] = []

@@ -23,12 +23,12 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..exceptions import ConfigError, SignatureError
+from .keyring import ring_entries
 
 #: The setting that lists the keys, named by every error about them.
 SETTING = "RETRYQUEUE_SIGNING_KEYS"
@@ -58,22 +58,7 @@ def parse_keys(value: Any) -> tuple[bytes, ...]:
     or keys separated by commas. An error never shows a key, only its position
     and length: a key is a secret, and the message reaches logs.
     """
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                value = json.loads(text)
-            except (ValueError, RecursionError):
-                raise ConfigError(
-                    f"{SETTING} is not a JSON list of keys (its text is not shown: it holds "
-                    f"secrets; {len(text)} characters)"
-                ) from None
-        else:
-            value = [part.strip() for part in text.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{SETTING} must be a list of keys, got a {type(value).__name__}")
+    value = ring_entries(SETTING, value, "keys")
     keys: list[bytes] = []
     for position, key in enumerate(value, start=1):
         if not isinstance(key, str):
