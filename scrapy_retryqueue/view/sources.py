@@ -17,7 +17,7 @@ from ..config import Config, load_config, redact_url
 from ..exceptions import RetryQueueError
 from ..queue import embedded
 from ..queue.connection import client_for, embedded_dir, is_outage
-from ..store.config import StoreConfig, load_store_config
+from ..store.config import StoreConfig, load_store_config, sqlite_path
 from ..store.db import Store
 
 
@@ -58,15 +58,21 @@ class Sources:
 
     def _open_store(self, *, check_schema: bool, create: bool) -> Store:
         url = self.database_url
-        default = url.startswith("sqlite:///") and not self.store_config.database_url
-        if default and not create:
-            path = Path(url.removeprefix("sqlite:///"))
-            if not path.exists():
+        file = sqlite_path(url)
+        path = Path(file) if file else None
+        # A read never makes a database: SQLite would create an empty file (and
+        # its folders) for a path that names none, default or not.
+        if path is not None and not create and not path.exists():
+            if self.store_config.database_url:
                 raise SourceError(
-                    f"no store database here: {path} does not exist (run a crawl with the "
-                    "add-on first, or set RETRYQUEUE_DATABASE_URL, e.g. "
-                    "-s RETRYQUEUE_DATABASE_URL=postgresql://user@host/db)"
+                    f"no store database at {path}: RETRYQUEUE_DATABASE_URL names a "
+                    "SQLite file that does not exist"
                 )
+            raise SourceError(
+                f"no store database here: {path} does not exist (run a crawl with the "
+                "add-on first, or set RETRYQUEUE_DATABASE_URL, e.g. "
+                "-s RETRYQUEUE_DATABASE_URL=postgresql://user@host/db)"
+            )
         store = Store(url)
         store.ping()
         if check_schema:
