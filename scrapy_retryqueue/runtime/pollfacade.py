@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy.utils.httpobj import urlparse_cached
+
 from ..decision.kinds import FORGED as FORGED_KIND
 from ..decision.kinds import MALFORMED as MALFORMED_KIND
 from ..decision.kinds import POISON as POISON_KIND
@@ -28,6 +30,7 @@ from ..queue.envelope import (
     malformed_envelope,
     request_from_json,
 )
+from ..queue.taskinfo import host_word
 from ..settings.defaults import (
     FLEET_BUSY_MIN_MS,
     FLEET_HEARTBEAT_MIN_MS,
@@ -35,6 +38,8 @@ from ..settings.defaults import (
     META_FRONTIER,
     META_ITEM,
     META_TASK,
+    SCRAPY_META_DONT_CACHE,
+    SCRAPY_META_RETRY_TIMES,
 )
 from ..values import now_ms
 from .outcome import Outcome
@@ -231,11 +236,12 @@ class PollFacade:
 
     def claimed_request(self, task: Task, token: str, request: Request) -> Request:
         """Mark a claimed task's rebuilt request as that task's attempt under *token*."""
-        from ..settings.defaults import SCRAPY_META_DONT_CACHE, SCRAPY_META_RETRY_TIMES
-
         # A stored meta's frontier lease names no lease of this node.
         request.meta.pop(META_FRONTIER, None)
-        request.meta[META_TASK] = task_ref(task, token)
+        # The host from the request's own parse: Scrapy caches it for the request
+        # (the offsite check has made it already, the downloader makes it anyway).
+        host = host_word(urlparse_cached(request).hostname)
+        request.meta[META_TASK] = task_ref(task, token, host=host)
         request.meta[SCRAPY_META_DONT_CACHE] = True
         # Scrapy's count, so a callback's get_retry_request() goes on from it.
         request.meta[SCRAPY_META_RETRY_TIMES] = retries_so_far(task.attempts, request.meta)

@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 TaskRef = dict[str, Any]
 
 
-def task_ref(task: Task, token: str) -> TaskRef:
-    """The reference a claimed task's request carries while this lease holds it."""
+def task_ref(task: Task, token: str, *, host: str | None = None) -> TaskRef:
+    """The reference a claimed task's request carries while this lease holds it.
+
+    *host*: its request's host when the caller has the request's URL parsed
+    (:func:`~..queue.taskinfo.host_word`), else parsed here from the task's URL.
+    """
     return {
         "id": task.id,
         "token": token,
@@ -35,7 +39,7 @@ def task_ref(task: Task, token: str) -> TaskRef:
         "url": task.url,
         # What the ack writes for learning (the succeeded event, the recovered
         # signal): the domain; the wait is counted from "created".
-        "host": host_of(task.url),
+        "host": host_of(task.url) if host is None else host,
         # True once acked, rescheduled or dead-lettered: a later failure of the
         # same response (its callback, an item) starts a new task.
         "settled": False,
