@@ -231,18 +231,20 @@ class AttemptFacade:
             return
         settle(ref)
         task_id, now = ref["id"], now_ms()
+        # Built once, with its learning update (dataclasses.replace() costs as much again).
+        learn, prior = ("", None) if ignored else self._learns(ref)
         write = Write(
             *("ack", task_id, now, ref["token"]),
             kind=ref["kind"],
             url=ref["url"],
             created=ref_created(ref),
             host=ref_host(ref),
+            learn=learn,
+            prior=prior,
             # The envelope it was claimed with is the one it finished with (a replay
             # of it is refused: refusals.py).
             version=ref_updated(ref),
         )
-        if not ignored:
-            write = self._learning(write, ref)
         how = "ignored" if ignored else "recovered"
         d = self.writes.submit(write)
         self.leases.written_by(task_id, d)
@@ -254,12 +256,18 @@ class AttemptFacade:
     def _learning(self, write: Write, ref: dict[str, Any]) -> Write:
         """*write* with the learning update of its task's outage (recovery.py), when
         RETRYQUEUE_LEARNED_STATS is on and the outage is of a kind a policy retries."""
+        learn, prior = self._learns(ref)
+        return replace(write, learn=learn, prior=prior) if learn else write
+
+    def _learns(self, ref: dict[str, Any]) -> tuple[str, int | None]:
+        """The learning update of the ref's outage: its kind and the ms it had lasted at
+        its previous failure; ``("", None)`` when it teaches nothing (:meth:`_learning`)."""
         if not self.config.learned_stats:
-            return write
+            return "", None
         kind, prior = ref_learning(ref)
         if not kind or kind not in self.config.policy_table.policies:
-            return write  # an internal kind (deferred, malformed...) is no outage
-        return replace(write, learn=kind, prior=prior)
+            return "", None  # an internal kind (deferred, malformed...) is no outage
+        return kind, prior
 
     def release(self, request: Request) -> None:
         """Hand a re-injected request's task back, due now (its download was cancelled);
