@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from pydispatch.dispatcher import getAllReceivers
+
 from .. import signals as rq_signals
 from ..decision.kinds import DEFERRED
 from ..settings.defaults import SCRAPY_META_GIVE_UP_LOG_LEVEL
@@ -123,8 +125,14 @@ class Reporter(PollReports, CallbackReports):
         self._inc_value(stat, value)
 
     def send(self, signal: object, **kwargs: Any) -> None:
-        """Send one of :mod:`scrapy_retryqueue.signals` (handler errors are logged)."""
-        self.crawler.signals.send_catch_log(signal=signal, spider=self.spider, **kwargs)
+        """Send one of :mod:`scrapy_retryqueue.signals` (handler errors are logged).
+
+        Not sent when no handler is connected to it: Scrapy's send would only find
+        that out, at about twice the cost of asking (two signals per retried request).
+        """
+        signals = self.crawler.signals
+        if any(True for _ in getAllReceivers(signals.sender, signal)):
+            signals.send_catch_log(signal=signal, spider=self.spider, **kwargs)
 
     # -- failures ----------------------------------------------------------------
 
@@ -411,12 +419,22 @@ class Reporter(PollReports, CallbackReports):
             self.audit.write(event, **fields)
 
 
+#: Status -> Scrapy's reason text for it, made once per status a crawl meets.
+_STATUS_REASONS: dict[int, str] = {}
+
+
 def scrapy_reason(failure: FailureInfo) -> str:
     """The reason Scrapy's RetryMiddleware would name in ``retry/reason_count/<reason>``."""
-    if failure.status is not None:
-        from scrapy.utils.response import response_status_message
+    status = failure.status
+    if status is not None:
+        reason = _STATUS_REASONS.get(status)
+        if reason is None:
+            from scrapy.utils.response import response_status_message
 
-        return response_status_message(failure.status)
+            reason = response_status_message(status)
+            if 100 <= status <= 999:  # an HTTP status: a bounded table
+                _STATUS_REASONS[status] = reason
+        return reason
     error_type = failure.error_type
     return error_type if "." in error_type else f"builtins.{error_type}"
 
