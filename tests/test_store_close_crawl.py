@@ -58,7 +58,8 @@ def test_a_crawl_that_closes_at_once_stores_the_dead_letters_waiting_in_redis(
     settings = {
         "RETRYQUEUE_REDIS_URL": redis_url,
         "RETRYQUEUE_DATABASE_URL": database,
-        "RETRYQUEUE_STORE_PROCESS": writer == "process",
+        # The process is the default ("auto").
+        **({"RETRYQUEUE_STORE_PROCESS": False} if writer == "thread" else {}),
         "TELNETCONSOLE_ENABLED": False,
         "LOG_LEVEL": "INFO",
     }

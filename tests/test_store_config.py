@@ -20,6 +20,17 @@ def test_defaults_use_sqlite_under_the_embedded_dir_and_keep_everything() -> Non
     )
     assert (config.batch_size, config.interval) == (500, 1.0)
     assert config.dead_retention is None and config.history_retention is None
+    # The writer in a process of its own where the crawl can fork one.
+    assert config.process is None
+
+
+@pytest.mark.parametrize(
+    ("value", "process"),
+    [("auto", None), (" AUTO ", None), (None, None), (True, True), ("1", True),
+     ("true", True), (False, False), ("False", False), (0, False)],
+)  # fmt: skip
+def test_store_process_is_auto_or_a_boolean(value: object, process: bool | None) -> None:
+    assert load_store_config(Settings({"RETRYQUEUE_STORE_PROCESS": value})).process is process
 
 
 def test_command_line_strings_are_read() -> None:
@@ -49,6 +60,11 @@ def test_command_line_strings_are_read() -> None:
         ("RETRYQUEUE_STORE_RETRY_MAX", "nan", "RETRYQUEUE_STORE_RETRY_MAX must be a number"),
         ("RETRYQUEUE_DEAD_RETENTION", -1, "RETRYQUEUE_DEAD_RETENTION must be >= 0, got -1"),
         ("RETRYQUEUE_STORE_ENABLED", "maybe", "RETRYQUEUE_STORE_ENABLED must be True or False"),
+        (
+            "RETRYQUEUE_STORE_PROCESS",
+            "sometimes",
+            "RETRYQUEUE_STORE_PROCESS must be 'auto', True or False, got 'sometimes'",
+        ),
         (
             "RETRYQUEUE_DATABASE_URL",
             "mysql://u:hunter2@db/x",

@@ -153,7 +153,15 @@ def test_postgres_stopped_and_started_during_a_crawl_loses_nothing(
     store.close()
 
 
-@pytest.mark.parametrize("forked", [False, True], ids=["thread", "process"])
+#: RETRYQUEUE_STORE_PROCESS: the thread, or the default ("auto": the process).
+WRITERS = pytest.mark.parametrize("forked", [False, True], ids=["thread", "default-process"])
+
+
+def _writer(forked: bool) -> dict[str, Any]:
+    return {} if forked else {"RETRYQUEUE_STORE_PROCESS": False}
+
+
+@WRITERS
 def test_the_default_store_is_sqlite_under_the_embedded_dir(
     redis_url: str, namespace: str, tmp_path: Path, forked: bool
 ) -> None:
@@ -162,7 +170,7 @@ def test_the_default_store_is_sqlite_under_the_embedded_dir(
         **SETTINGS,
         "RETRYQUEUE_REDIS_URL": redis_url,
         "RETRYQUEUE_EMBEDDED_DIR": embedded,
-        "RETRYQUEUE_STORE_PROCESS": forked,
+        **_writer(forked),
     }
     with flaky_site(pages=40, slow=1.5, retry_after=1) as site:
         result = crawl(site.url, namespace, tmp_path, settings)
@@ -178,9 +186,11 @@ def test_the_default_store_is_sqlite_under_the_embedded_dir(
     # A crawl forks its writer while it is single-threaded: never the fallback.
     assert "runs in a thread of the crawl" not in result.log
     assert ("the store writer runs in process" in result.log) is forked
+    if forked:  # the default, which says it is
+        assert "forked from the crawl (RETRYQUEUE_STORE_PROCESS = 'auto')" in result.log
 
 
-@pytest.mark.parametrize("forked", [False, True], ids=["thread", "process"])
+@WRITERS
 def test_a_forced_shutdown_ends_the_closing_writes_to_a_database_that_is_down(
     redis_url: str, namespace: str, tmp_path: Path, forked: bool
 ) -> None:
@@ -194,7 +204,7 @@ def test_a_forced_shutdown_ends_the_closing_writes_to_a_database_that_is_down(
         # A close that would wait minutes for the database, with long backoffs.
         "RETRYQUEUE_STORE_CLOSE_TIMEOUT": 300,
         "RETRYQUEUE_STORE_RETRY_MAX": 120,
-        "RETRYQUEUE_STORE_PROCESS": forked,
+        **_writer(forked),
     }
     with flaky_site(pages=200, latency=0.5) as site:
         process, out = start_crawl(site.url, namespace, tmp_path, settings)

@@ -1,4 +1,5 @@
-"""The crawl's store writer in a forked process (RETRYQUEUE_STORE_PROCESS): it writes
+"""The crawl's store writer in a forked process (RETRYQUEUE_STORE_PROCESS, "auto" by
+default): it writes
 and counts as the thread did, its log lines are the crawl's, it survives Ctrl-C,
 ends with the crawl, and a writer process that dies is replaced by a thread."""
 
@@ -191,8 +192,33 @@ def test_the_writer_process_ends_when_the_crawl_goes_even_mid_wait(
     ext._close()
 
 
+@pytest.mark.parametrize(
+    ("setting", "level", "line"),
+    [
+        (
+            "auto",
+            logging.INFO,
+            "scrapy-retryqueue: the store writer runs in a thread of the crawl "
+            "(RETRYQUEUE_STORE_PROCESS = 'auto'): other threads are running in the crawl's "
+            "process",
+        ),
+        (
+            True,
+            logging.WARNING,
+            "scrapy-retryqueue: the store writer runs in a thread of the crawl, not in the "
+            "process of its own that RETRYQUEUE_STORE_PROCESS = True asks for: other threads "
+            "are running in the crawl's process",
+        ),
+    ],
+    ids=["auto", "true"],
+)
 def test_a_crawl_that_cannot_fork_says_so_and_writes_from_a_thread(
-    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    redis_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    setting: object,
+    level: int,
+    line: str,
 ) -> None:
     release = threading.Event()
     other = threading.Thread(target=release.wait)
@@ -204,7 +230,7 @@ def test_a_crawl_that_cannot_fork_says_so_and_writes_from_a_thread(
                 "RETRYQUEUE_REDIS_URL": redis_url,
                 "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
                 "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
-                "RETRYQUEUE_STORE_PROCESS": True,
+                "RETRYQUEUE_STORE_PROCESS": setting,
             },
         )
         with caplog.at_level(logging.INFO):
@@ -213,14 +239,32 @@ def test_a_crawl_that_cannot_fork_says_so_and_writes_from_a_thread(
         release.set()
         other.join()
     assert ext.writer is None
-    lines = [r.message for r in caplog.records if "RETRYQUEUE_STORE_PROCESS" in r.message]
-    assert lines == [
-        "scrapy-retryqueue: the store writer runs in a thread of the crawl, not in a process "
-        "of its own (RETRYQUEUE_STORE_PROCESS): other threads are running in the crawl's process"
+    lines = [
+        (r.levelno, r.message) for r in caplog.records if "RETRYQUEUE_STORE_PROCESS" in r.message
     ]
+    assert lines == [(level, line)]
     from scrapy_retryqueue.store.service import WriterService
 
     assert isinstance(ext.make_service("x"), WriterService)
+    ext._close()
+
+
+def test_a_crawl_told_to_use_the_thread_forks_nothing_and_says_nothing(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    crawler = get_crawler(
+        ForkSpider,
+        {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_STORE_PROCESS": "false",
+        },
+    )
+    with caplog.at_level(logging.INFO):
+        ext = RetryQueueStoreExtension.from_crawler(crawler)
+    assert ext.writer is None
+    assert "RETRYQUEUE_STORE_PROCESS" not in caplog.text
     ext._close()
 
 
@@ -257,3 +301,34 @@ def test_a_stop_or_force_sent_before_the_service_is_made_holds_for_it(
     assert time.monotonic() - started < 30
     for one in (ext, forced):
         one._close()
+
+
+def test_where_there_is_no_fork_the_default_writes_from_a_thread(
+    redis_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Windows has no os.fork: the default ("auto") is the thread there, said at INFO.
+    monkeypatch.delattr(os, "fork")
+    crawler = get_crawler(
+        ForkSpider,
+        {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+        },
+    )
+    with caplog.at_level(logging.INFO):
+        ext = RetryQueueStoreExtension.from_crawler(crawler)
+    assert ext.writer is None
+    assert [
+        (r.levelno, r.message) for r in caplog.records if "RETRYQUEUE_STORE_PROCESS" in r.message
+    ] == [
+        (
+            logging.INFO,
+            "scrapy-retryqueue: the store writer runs in a thread of the crawl "
+            "(RETRYQUEUE_STORE_PROCESS = 'auto'): this platform has no fork()",
+        )
+    ]
+    ext._close()

@@ -29,6 +29,9 @@ def _store_of(redis_url: str, tmp_path: Path, **settings: Any) -> tuple[Any, Any
             "RETRYQUEUE_REDIS_URL": redis_url,
             "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
             "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            # The thread, whatever threads the test process runs ("auto" forks only
+            # a single-threaded crawl): the wait for work is the crawl's in both modes.
+            "RETRYQUEUE_STORE_PROCESS": False,
             **settings,
         },
     )

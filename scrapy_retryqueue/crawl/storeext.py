@@ -15,11 +15,12 @@ asked every RETRYQUEUE_STORE_INTERVAL), and only then are the store's modules
 them, so its start and every garbage collection of its heap cost what they
 cost with the store off (docs/benchmarks.md, "overhead").
 
-With RETRYQUEUE_STORE_PROCESS the service runs in a process forked from the
-crawl as this extension is made (store/forked.py says why; an INFO line names it);
-the wait for the first work stays here. Where the crawl cannot fork (no
-fork(), other threads running already) the service runs in the thread, and an
-INFO line says so; a writer process that ends early is replaced by the thread.
+By default (RETRYQUEUE_STORE_PROCESS = "auto", or True) the service runs in a
+process forked from the crawl as this extension is made (store/forked.py says
+why; an INFO line names it); the wait for the first work stays here. Where the
+crawl cannot fork (no fork(), other threads running already) the service runs
+in the thread, and one line says so (INFO for "auto", WARNING for True); a
+writer process that ends early is replaced by the thread. False: the thread.
 """
 
 from __future__ import annotations
@@ -105,8 +106,7 @@ class RetryQueueStoreExtension:
                 f"cannot be written: {problem}"
             )
         ext = cls(crawler, config, store_config)
-        if store_config.process:
-            ext.fork_writer()
+        ext.fork_writer()
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
@@ -117,7 +117,12 @@ class RetryQueueStoreExtension:
         return self.store_config.url_for(embedded_dir(self.config.embedded_dir))
 
     def fork_writer(self) -> None:
-        """Fork the writer process now, while the crawl is single-threaded."""
+        """Fork the writer process now, while the crawl is single-threaded, unless
+        RETRYQUEUE_STORE_PROCESS is False; one line says where the writer runs."""
+        asked = self.store_config.process
+        if asked is False:
+            return
+        setting = "RETRYQUEUE_STORE_PROCESS = " + ("True" if asked else "'auto'")
         reason = can_fork()
         if reason is None:
             try:
@@ -127,15 +132,25 @@ class RetryQueueStoreExtension:
             else:
                 logger.info(
                     "scrapy-retryqueue: the store writer runs in process %d, forked from the "
-                    "crawl (RETRYQUEUE_STORE_PROCESS)",
+                    "crawl (%s)",
                     self.writer.pid,
+                    setting,
                 )
                 return
-        logger.info(
-            "scrapy-retryqueue: the store writer runs in a thread of the crawl, not in a "
-            "process of its own (RETRYQUEUE_STORE_PROCESS): %s",
-            reason,
-        )
+        if asked:
+            # Asked for by name and not had: a line a WARNING-level log shows.
+            logger.warning(
+                "scrapy-retryqueue: the store writer runs in a thread of the crawl, not in "
+                "the process of its own that %s asks for: %s",
+                setting,
+                reason,
+            )
+        else:
+            logger.info(
+                "scrapy-retryqueue: the store writer runs in a thread of the crawl (%s): %s",
+                setting,
+                reason,
+            )
 
     def _child_service(self, spider_name: str, forward: Callable[[str, int], Any]) -> WriterService:
         """In the forked process: the service, its counts sent to the crawl. The

@@ -373,9 +373,11 @@ STORE_CLAIM_IDLE = 60.0
 STORE_SETTINGS: dict[str, Any] = {
     #: Run the store writer during crawls (needs RETRYQUEUE_ENABLED too).
     "RETRYQUEUE_STORE_ENABLED": True,
-    #: Run the crawl's store writer in a process forked from the crawl (False: in a
-    #: thread of the crawl's own process). Less CPU per event, more memory: store.md.
-    "RETRYQUEUE_STORE_PROCESS": False,
+    #: Where the crawl's store writer runs: "auto", in a process forked from the
+    #: crawl where it can fork one, else in a thread of the crawl; True: the process
+    #: (the thread, with a warning, where it cannot); False: the thread. The process
+    #: costs the crawl less CPU per event and ~75 MB more memory: store.md.
+    "RETRYQUEUE_STORE_PROCESS": "auto",
     #: SQLAlchemy URL (postgresql://user@host/db); None: SQLite under the embedded dir.
     "RETRYQUEUE_DATABASE_URL": None,
     #: Events written per database transaction, at most.

@@ -13,6 +13,7 @@ from ..config import bool_setting, number_setting, raw_setting, redact_url
 from ..exceptions import ConfigError
 from ..secure.signing import parse_keys
 from ..settings import defaults
+from ..values import shown
 
 _DIALECTS = ("postgresql", "sqlite")
 
@@ -20,8 +21,10 @@ _DIALECTS = ("postgresql", "sqlite")
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     enabled: bool
-    #: The crawl's writer in a forked process (True) or a thread of the crawl.
-    process: bool
+    #: The crawl's writer in a forked process (True), a thread of the crawl
+    #: (False), or the process where the crawl can fork it, else the thread (None:
+    #: RETRYQUEUE_STORE_PROCESS = "auto").
+    process: bool | None
     #: The SQLAlchemy URL; None means the SQLite file under the embedded dir.
     database_url: str | None
     batch_size: int
@@ -56,6 +59,18 @@ def _retention(settings: Any, name: str) -> float | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
         return None
     return _positive(settings, name, maximum=defaults.SETTING_DAYS_MAX)
+
+
+def _process(settings: Any) -> bool | None:
+    """RETRYQUEUE_STORE_PROCESS: ``"auto"`` (None), or a boolean as any setting's."""
+    name = "RETRYQUEUE_STORE_PROCESS"
+    value = raw_setting(settings, name)
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        return bool_setting(settings, name)
+    except ConfigError:
+        raise ConfigError(f"{name} must be 'auto', True or False, got {shown(value)}") from None
 
 
 def check_database_url(url: Any, *, name: str = "RETRYQUEUE_DATABASE_URL") -> str | None:
@@ -100,7 +115,7 @@ def load_store_config(settings: Any) -> StoreConfig:
     """Read and validate the store's RETRYQUEUE_* settings of a Scrapy Settings object."""
     return StoreConfig(
         enabled=bool_setting(settings, "RETRYQUEUE_STORE_ENABLED"),
-        process=bool_setting(settings, "RETRYQUEUE_STORE_PROCESS"),
+        process=_process(settings),
         database_url=check_database_url(raw_setting(settings, "RETRYQUEUE_DATABASE_URL")),
         batch_size=number_setting(
             settings, "RETRYQUEUE_STORE_BATCH_SIZE", minimum=1, whole=True, finite=True
