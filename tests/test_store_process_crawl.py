@@ -127,6 +127,8 @@ def test_several_crawlers_in_one_process_each_store_their_dead_letters(
         **_settings(redis_url, tmp_path),
         "RETRYQUEUE_NAMESPACE": "",
         "LOG_FILE": str(log),
+        # Two crawls in one process on a loaded machine: no healthy page may time out.
+        "DOWNLOAD_TIMEOUT": 10,
     }
     try:
         with flaky_site(pages=60, slow=1.5, retry_after=1) as site:
