@@ -169,7 +169,8 @@ def test_without_data_it_is_the_policys_backoff_within_the_bounds() -> None:
             ctx(attempt=attempt, rand=random.Random(attempt).random)
         )
         delay, reason = strategy.delay_and_reason(c)
-        assert delay == max(expected, POLICY.base_delay)
+        # Exactly the fallback's delay, its jitter below base_delay included.
+        assert delay == expected
         assert "no outages seen" in reason and "policy backoff" in reason
 
 
@@ -190,14 +191,19 @@ def test_the_bounds_hold_whatever_was_learned(seed: int) -> None:
     strategy = learned({("server_error", "a.example"): outages(durations, censored=censored)})
     for _ in range(20):
         retry_after = rng.choice([None, rng.uniform(0, 400)])
+        drawn = rng.random()
         c = ctx(
             attempt=rng.randrange(6),
             since_first=rng.choice([0.0, rng.uniform(0, 3000)]),
             retry_after=retry_after,
-            rand=rng.random,
+            rand=lambda value=drawn: value,
         )
-        delay = strategy.delay(c)
-        assert delay >= POLICY.base_delay
+        delay, reason = strategy.delay_and_reason(c)
+        if "policy backoff" in reason:
+            # The fallback's delay (its jitter may go below base_delay), never sooner.
+            assert delay >= ExponentialBackoff().delay(c)
+        else:
+            assert delay >= POLICY.base_delay
         if retry_after is not None:
             assert delay >= retry_after
         assert delay <= max(POLICY.max_delay, retry_after or 0)
@@ -242,12 +248,12 @@ def test_the_reason_reaches_the_decision() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"skip_below": 0},
-        {"skip_below": -1},
-        {"early_at": float("inf")},
-        {"early_at": 1.5},
-        {"skip_below": True},
-        {"skip_below": 0.5, "early_at": 0.5},
+        {"try_cost": 0},
+        {"try_cost": -1},
+        {"try_cost": float("inf")},
+        {"try_cost": float("nan")},
+        {"try_cost": True},
+        {"try_cost": 10**6},
         {"min_outages": 0},
         {"min_outages": float("nan")},
     ],
@@ -260,14 +266,12 @@ def test_bad_settings_are_one_clear_error(kwargs: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("skip_below", 0),
-        ("skip_below", -1),
-        ("skip_below", float("inf")),
-        ("skip_below", 1.5),
-        ("skip_below", True),
-        ("skip_below", "often"),
-        ("early_at", 0.01),
-        ("early_at", 2),
+        ("try_cost", 0),
+        ("try_cost", -1),
+        ("try_cost", float("inf")),
+        ("try_cost", 1e6),
+        ("try_cost", True),
+        ("try_cost", [1]),
         ("min_outages", 0.5),
         ("min_outages", float("nan")),
         ("min_outages", 2**60),
@@ -421,44 +425,42 @@ def test_evalsha_names_the_combined_text(queue: RedisDelayedQueue) -> None:
         assert script.sha == hashlib.sha1(load_script_source(name).encode()).hexdigest()
 
 
-# -- how the schedule is moved ----------------------------------------------------------
+# -- how the plan moves the tries ------------------------------------------------------
 
 
-def test_tries_the_curve_says_would_fail_are_skipped_without_using_an_attempt() -> None:
-    # Every outage seen lasted 100 s: the schedule's tries at 2, 6, 14, 30, 62 s all fail.
+def test_tries_the_curve_says_would_fail_are_not_made() -> None:
+    # Every outage seen lasted 100 s: exponential's tries at 2, 6, 14, 30, 62 s all fail;
+    # the plan spends no attempt before the outages seen end.
     strategy = learned({("server_error", "a.example"): outages([100.0] * 40)})
-    delay, reason = strategy.delay_and_reason(ctx(rand=lambda: 0.999))
-    # The next point of the same schedule (2 + 4 + 8 + ... s) past the outages' bin.
-    assert 62 <= delay <= 130
-    assert "give the schedule's next" in reason and "tries under 4%" in reason
-    assert delay < ExponentialBackoff().delay(ctx(attempt=7, rand=lambda: 0.999)) * 2
+    delay, reason = strategy.delay_and_reason(ctx(rand=lambda: 0.5))
+    assert 90 <= delay <= 130
+    assert "a.example (40 outages)" in reason and "cheapest plan" in reason
+    assert delay > ExponentialBackoff().delay(ctx(attempt=4, rand=lambda: 0.999)) + 30
 
 
 def test_a_try_comes_before_the_schedule_once_the_curve_is_sure_enough() -> None:
-    # Outages end between 4 and 6 s; at 7 s gone the schedule waits 8 to 16 s.
+    # Outages end between 4 and 6 s or between 8 and 10; at 7 s gone the schedule waits
+    # 8 to 16 s, the plan tries by the end of the second group.
     strategy = learned({("server_error", "a.example"): outages([5.0] * 40 + [9.0] * 40)})
     c = ctx(attempt=2, since_first=7.0, rand=lambda: 0.5)
     delay, reason = strategy.delay_and_reason(c)
     assert delay < ExponentialBackoff().delay(replace_rand(c, 0.0))
-    assert "before the schedule's" in reason
+    assert 7.0 + delay >= 8.0
+    assert "cheapest plan" in reason
 
 
-def test_without_a_reason_to_move_it_is_the_schedules_own_try() -> None:
-    # Half the outages end by 3 s: neither sure enough nor hopeless at the schedule's 2 to 4 s.
-    strategy = learned(
-        {("server_error", "a.example"): outages([1.0] * 10 + [3.0] * 30 + [50.0] * 40)}
-    )
-    c = ctx(rand=lambda: 0.999)
-    delay, reason = strategy.delay_and_reason(c)
-    assert delay == max(ExponentialBackoff().delay(c), POLICY.base_delay)
-    assert "the schedule's next try" in reason
+def test_a_costlier_try_means_fewer_tries_and_later_ones() -> None:
+    records = {("server_error", "a.example"): outages([1.0] * 10 + [3.0] * 30 + [50.0] * 40)}
+    cheap, dear = learned(records, try_cost=0.05), learned(records, try_cost=20.0)
+    assert cheap.delay(ctx(rand=lambda: 0.5)) < dear.delay(ctx(rand=lambda: 0.5))
 
 
 def test_nothing_to_say_past_the_longest_outage_seen() -> None:
     strategy = learned({("server_error", "a.example"): outages([10.0] * 40)})
     c = ctx(attempt=3, since_first=100.0, rand=lambda: 0.5)
     delay, reason = strategy.delay_and_reason(c)
-    assert delay == max(ExponentialBackoff().delay(c), POLICY.base_delay)
+    # The fallback's own delay: its tries left reach as far as the whole schedule's.
+    assert delay == ExponentialBackoff().delay(c)
     assert "policy backoff" in reason
 
 

@@ -45,7 +45,12 @@ from .retrying import (
 )
 from .scrapycompat import own_policy_fields, read_scrapy_retry
 from .security import encryption_setting, secret_headers_setting, signing_setting
-from .thresholds import learned_backoff_settings, monitor_thresholds, retry_budget_settings
+from .thresholds import (
+    learned_backoff_settings,
+    monitor_thresholds,
+    retired_settings,
+    retry_budget_settings,
+)
 
 
 def load_config(settings: Any) -> Config:
@@ -143,7 +148,11 @@ def load_config(settings: Any) -> Config:
         own_budget_kinds=frozenset(
             kind for kind, fields in own_policy_fields(settings).items() if "max_retries" in fields
         ),
-        notices=(*scrapy_retry.notices, *unknown_settings(setting_names(settings))),
+        notices=(
+            *scrapy_retry.notices,
+            *unknown_settings(setting_names(settings)),
+            *retired_settings(setting_names(settings)),
+        ),
         learned_stats=bool_setting(settings, "RETRYQUEUE_LEARNED_STATS"),
         learned_half_life=float(
             number_setting(settings, "RETRYQUEUE_LEARNED_HALF_LIFE", strict=True, finite=True)

@@ -87,6 +87,8 @@ def unknown_settings(names: Iterable[Any]) -> list[str]:
     for name in sorted({n for n in names if isinstance(n, str)}):
         if not name.startswith(SETTING_PREFIX) or name in defaults.SETTINGS:
             continue
+        if name in defaults.RETIRED_SETTINGS:  # said by config.thresholds.retired_settings
+            continue
         close = difflib.get_close_matches(name.removeprefix(SETTING_PREFIX), known, 1, 0.7)
         hint = f"; did you mean {known[close[0]]}?" if close else "; it is not read"
         notices.append(f"{shown(name, 80)} is not a scrapy-retryqueue setting{hint}")

@@ -1,4 +1,4 @@
-"""Thresholds: the per-domain retry budget, LearnedBackoff's thresholds, the monitors' limits.
+"""Thresholds: the per-domain retry budget, LearnedBackoff's try cost, the monitors' limits.
 
 The retry budget goes into the crawl's Config; LearnedBackoff and the Spidermon
 monitors read theirs themselves, at a crawl's end for the monitors. Each is checked
@@ -8,11 +8,12 @@ must not run for hours to learn that its alert threshold is not a number.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..decision import kinds
+from ..decision.learned import retired_notice
 from ..exceptions import ConfigError
 from ..settings import defaults
 from ..values import shown
@@ -48,16 +49,15 @@ def retry_budget_settings(settings: Any) -> dict[str, float]:
     }
 
 
-def learned_backoff_settings(settings: Any) -> tuple[float, float, float]:
-    """(RETRYQUEUE_LEARNED_SKIP_BELOW, RETRYQUEUE_LEARNED_EARLY_AT,
-    RETRYQUEUE_LEARNED_MIN_OUTAGES), checked."""
-    skip = number_setting(settings, "RETRYQUEUE_LEARNED_SKIP_BELOW", strict=True, maximum=1)
-    early = number_setting(settings, "RETRYQUEUE_LEARNED_EARLY_AT", strict=True, maximum=1)
-    if skip >= early:
-        raise ConfigError(
-            f"RETRYQUEUE_LEARNED_SKIP_BELOW ({skip!r}) must be below "
-            f"RETRYQUEUE_LEARNED_EARLY_AT ({early!r})"
-        )
+def learned_backoff_settings(settings: Any) -> tuple[float, float]:
+    """(RETRYQUEUE_LEARNED_TRY_COST, RETRYQUEUE_LEARNED_MIN_OUTAGES), checked."""
+    try_cost = number_setting(
+        settings,
+        "RETRYQUEUE_LEARNED_TRY_COST",
+        strict=True,
+        finite=True,
+        maximum=defaults.LEARNED_TRY_COST_MAX,
+    )
     outages = number_setting(
         settings,
         "RETRYQUEUE_LEARNED_MIN_OUTAGES",
@@ -65,7 +65,14 @@ def learned_backoff_settings(settings: Any) -> tuple[float, float, float]:
         finite=True,
         maximum=defaults.SETTING_INT_MAX,
     )
-    return float(skip), float(early), float(outages)
+    return float(try_cost), float(outages)
+
+
+def retired_settings(names: Iterable[Any]) -> list[str]:
+    """One notice for the retired settings among *names* (defaults.RETIRED_SETTINGS):
+    they are ignored, and the line says what replaced them."""
+    found = sorted({n for n in names if isinstance(n, str) and n in defaults.RETIRED_SETTINGS})
+    return [retired_notice(found)] if found else []
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,6 +196,17 @@ class Curve:
                 return start + (hi - start) * (s_start - goal) / (s_start - s_hi)
         return None
 
+    def knots(self, min_at_risk: float = 0.0) -> list[tuple[float, float]]:
+        """(t, survival) at each bin's edges, up to the upper edge of the last bin with at
+        least *min_at_risk* weight at risk: where the curve is piecewise linear, and how
+        far it says anything (decision/schedule.py plans over them)."""
+        last = max(
+            (b for b, n in enumerate(self.at_risk) if n >= min_at_risk and n > 0), default=-1
+        )
+        return [(EDGES[0], self._survival[0])] + [
+            (_edges(b)[1], self._survival[b + 1]) for b in range(last + 1)
+        ]
+
     def points(self) -> list[tuple[float, float]]:
         """(t, share of outages over after t) at each bin's upper edge: the chart."""
         return [(_edges(b)[1], 1.0 - self._survival[b + 1]) for b in range(len(self.at_risk))]

@@ -68,15 +68,20 @@ LEARNED_MAX_RECORDS = 2000
 LEARNED_REFRESH = 30.0
 #: RETRYQUEUE_LEARNED_MIN_OUTAGES: weighted outages a curve needs before it is used.
 LEARNED_MIN_OUTAGES = 20.0
-#: RETRYQUEUE_LEARNED_SKIP_BELOW: LearnedBackoff skips a try of the policy's schedule
-#: while the curve gives less than this chance that the outage is over by then.
-#: Chosen by the adaptive benchmark's simulation (docs/backoff.md): 0.03 saved too few
-#: tries (0.72 of exponential's, target 0.7), 0.05 and more let the median lag grow
-#: past exponential's, 0.1 by 1.2 times.
-LEARNED_SKIP_BELOW = 0.04
-#: RETRYQUEUE_LEARNED_EARLY_AT: LearnedBackoff tries before the schedule's point once
-#: the curve gives this chance that the outage is over (1: never earlier).
-LEARNED_EARLY_AT = 0.7
+#: RETRYQUEUE_LEARNED_TRY_COST: seconds of lag after an outage's end that one failed
+#: try is worth to LearnedBackoff's plan (decision/schedule.py): higher, fewer tries
+#: and later recoveries. Chosen on the adaptive benchmark's family of outage
+#: distributions (benchmarks/outage_family.py, docs/backoff.md), not on one site.
+LEARNED_TRY_COST = 1.0
+#: The most RETRYQUEUE_LEARNED_TRY_COST may be, seconds (a day of lag for one try).
+LEARNED_TRY_COST_MAX = 86400.0
+#: Settings that are no longer read, and what the one WARNING line that a project
+#: still setting them gets says replaced them (config/readers.py).
+RETIRED_SETTINGS = {
+    name: "LearnedBackoff now picks each try as the cheapest plan over the learned curve; "
+    "RETRYQUEUE_LEARNED_TRY_COST (seconds of lag one failed try is worth) sets its trade-off"
+    for name in ("RETRYQUEUE_LEARNED_SKIP_BELOW", "RETRYQUEUE_LEARNED_EARLY_AT")
+}
 #: Weighted outages a curve needs still on at a failure's age to say more of it.
 LEARNED_MIN_AT_RISK = 3.0
 #: LearnedBackoff's jitter: its delay is spread over +-half this share.
@@ -215,10 +220,8 @@ SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_LEARNED_REFRESH": LEARNED_REFRESH,
     #: LearnedBackoff: weighted outages a curve needs before it is trusted.
     "RETRYQUEUE_LEARNED_MIN_OUTAGES": LEARNED_MIN_OUTAGES,
-    #: LearnedBackoff: the chance of a recovery under which a try of the schedule is skipped.
-    "RETRYQUEUE_LEARNED_SKIP_BELOW": LEARNED_SKIP_BELOW,
-    #: LearnedBackoff: the chance of a recovery at which a try comes before the schedule's.
-    "RETRYQUEUE_LEARNED_EARLY_AT": LEARNED_EARLY_AT,
+    #: LearnedBackoff: seconds of lag one failed try is worth to its plan.
+    "RETRYQUEUE_LEARNED_TRY_COST": LEARNED_TRY_COST,
     #: The fleet's retry budget per domain (docs/backoff.md): a domain's retries are
     #: held to this share of its fresh requests, plus the floor; 0: off.
     "RETRYQUEUE_RETRY_BUDGET": RETRY_BUDGET,

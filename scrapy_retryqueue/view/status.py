@@ -111,13 +111,12 @@ def learned_strategy(config: Config, settings: Any) -> LearnedBackoff:
     if isinstance(config.backoff, LearnedBackoff):
         theirs = config.backoff
         return LearnedBackoff(
-            skip_below=theirs.skip_below,
-            early_at=theirs.early_at,
+            try_cost=theirs.try_cost,
             min_outages=theirs.min_outages,
             fallback=theirs.fallback,
         )
-    skip, early, outages = learned_backoff_settings(settings if settings is not None else {})
-    return LearnedBackoff(skip_below=skip, early_at=early, min_outages=outages)
+    try_cost, outages = learned_backoff_settings(settings if settings is not None else {})
+    return LearnedBackoff(try_cost=try_cost, min_outages=outages)
 
 
 def learned_recovery(
