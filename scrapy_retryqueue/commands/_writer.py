@@ -1,5 +1,8 @@
 """``scrapy retryqueue writer``: the store's writer service in the foreground, until a signal.
 
+While it runs it announces itself in Redis (store/announce.py), so that crawls of
+the spiders it serves start no writer of their own.
+
 Imported when the subcommand runs, not with the command (Scrapy imports every
 command's module whenever ``scrapy`` runs): it loads the store's SQLAlchemy.
 """
@@ -16,6 +19,7 @@ from typing import IO
 
 from ..config import redact_url
 from ..queue import embedded
+from ..store.announce import WriterAnnouncement
 from ..store.service import Counters, WriterService
 from ..view.sources import Sources
 from ._common import EXIT_ERROR
@@ -115,11 +119,17 @@ def run_writer(
         file=sys.stderr,
         flush=True,
     )
+    # Crawls of these spiders that see it start no writer of their own.
+    announcement = WriterAnnouncement(
+        client, consumer=consumer, spiders=spiders, project=config.namespace
+    )
     lines = _store_lines_on(sys.stderr) if log_to_stderr else contextlib.nullcontext()
     try:
+        announcement.start()
         with lines, _stopped_by_signals(service):
             service.run()
     finally:
+        announcement.stop()
         service.close()
     if service.fatal is not None:
         # Its log line said why (a schema changed under it): that is the one line.

@@ -21,6 +21,11 @@ why; an INFO line names it); the wait for the first work stays here. Where the
 crawl cannot fork (no fork(), other threads running already) the service runs
 in the thread, and one line says so (INFO for "auto", WARNING for True); a
 writer process that ends early is replaced by the thread. False: the thread.
+
+A crawl whose spider a ``scrapy retryqueue writer`` serves (it announces itself
+in Redis: store/announce.py) runs no writer: its forked process ends as the
+spider opens, and the wait for work only watches the announcement; should the
+announcement expire, the crawl writes from then on (one WARNING line).
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ class RetryQueueStoreExtension:
         self._service_lock = threading.Lock()
         #: The forked writer process (RETRYQUEUE_STORE_PROCESS), until it ends.
         self.writer: ForkedWriter | None = None
+        #: (consumer, key) of the writer service that serves the spider while this
+        #: crawl leaves its writes to it (store/announce.py); None while it writes them.
+        self.served_by: tuple[str, str] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueStoreExtension:
@@ -245,25 +253,66 @@ class RetryQueueStoreExtension:
 
         One or two reads of Redis per RETRYQUEUE_STORE_INTERVAL, and nothing of the
         store's loaded. A Redis that does not answer is the service's to handle
-        (its outage line, its backoff): it starts then.
+        (its outage line, its backoff): it starts then. While a writer service
+        announces itself for the spider, the crawl leaves the writing to it.
         """
+        from ..store.announce import announced_writer
         from ..store.redisops import has_work
 
+        project = self.config.namespace
         client = None
         try:
             while True:
                 try:
                     if client is None:
                         client = self._open_redis()
-                    if has_work(client, spider_name, project=self.config.namespace):
+                    served = self._left_to_service(
+                        spider_name, announced_writer(client, spider_name, project)
+                    )
+                    if not served and has_work(client, spider_name, project=project):
                         return True
                 except Exception:
-                    return True
+                    if self.served_by is None:
+                        return True
+                    # The service's Redis is ours: while it is out of reach,
+                    # neither writes, and the events wait there.
                 if self._stopping.wait(self.store_config.interval):
                     return False
         finally:
             if client is not None:
                 client.close()
+
+    def _left_to_service(self, spider_name: str, found: tuple[str, str] | None) -> bool:
+        """Whether a writer service serves the spider (*found*: its announcement):
+        the crawl's own writer process ends then, and the crawl says so once; when
+        the service stops announcing itself, the crawl writes from then on."""
+        if found is not None:
+            if self.served_by is None:
+                self.served_by = found
+                logger.info(
+                    "scrapy-retryqueue: the store writer service %r serves spider %r (%s in "
+                    "Redis): this crawl runs no store writer of its own",
+                    found[0],
+                    spider_name,
+                    found[1],
+                )
+                with self._service_lock:
+                    writer, self.writer = self.writer, None
+                if writer is not None:
+                    writer.end()
+            return True
+        if self.served_by is not None:
+            consumer, key = self.served_by
+            self.served_by = None
+            logger.warning(
+                "scrapy-retryqueue: the store writer service %r stopped announcing itself "
+                "(%s expired or was deleted): this crawl writes spider %r's events to the "
+                "store itself from now on",
+                consumer,
+                key,
+                spider_name,
+            )
+        return False
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         # The retry queue's last writes first: dead letters of the final
@@ -303,16 +352,21 @@ class RetryQueueStoreExtension:
 
     def _service_for_close(self) -> WriterService | ForkedWriter | None:
         """The service, made now if the crawl wrote nothing for the store until its
-        close and something is there (its last failures, its released leases)."""
+        close and something is there (its last failures, its released leases);
+        none while a writer service serves the spider: its writes are the service's."""
         if self.service is None and self.spider_name is not None:
+            from ..store.announce import announced_writer
             from ..store.redisops import has_work
 
+            project = self.config.namespace
             client = None
             try:
                 client = self._open_redis()
-                work = has_work(client, self.spider_name, project=self.config.namespace)
+                found = announced_writer(client, self.spider_name, project)
+                served = self._left_to_service(self.spider_name, found)
+                work = not served and has_work(client, self.spider_name, project=project)
             except Exception:
-                work = True
+                work = self.served_by is None
             finally:
                 if client is not None:
                     client.close()

@@ -254,6 +254,22 @@ def spider_of(key: str | bytes, project: str | None = None) -> str | None:
     return found[1]
 
 
+def writer_key(spider: str | None, project: str = "") -> str:
+    """The STRING a ``scrapy retryqueue writer`` announces itself in while it runs (its
+    consumer name, with an expiry it renews): for one *spider*,
+    ``retryqueue:<project>:{<spider>}:writer``; for every spider of the project (None),
+    ``retryqueue:<project>:writer`` (``retryqueue:writer`` with no namespace), a key of
+    no spider's namespace. Not in :func:`all_keys`: it is no part of a spider's queue."""
+    if spider is not None:
+        return f"{keys_for(spider, project).namespace}:writer"
+    if not usable_project(project):
+        raise ConfigError(
+            f"namespace {_shown(project)} must be 1-64 letters, digits, '_', '.' or '-' "
+            "(RETRYQUEUE_NAMESPACE)"
+        )
+    return f"{PREFIX}:{project}:writer" if project else f"{PREFIX}:writer"
+
+
 def lease_prefix(node_id: str) -> str:
     """The start of every lease token one process hands out: node id and a nonce."""
     return f"{node_id}:{uuid.uuid4().hex[:_LEASE_NONCE_DIGITS]}"

@@ -427,6 +427,10 @@ STORE_FINAL_FLUSH_MAX = 5.0
 #: ``scrapy retryqueue writer --rescan``: seconds between two scans of Redis for
 #: the events streams of spiders it does not serve yet (a crawl that started later).
 STORE_WRITER_RESCAN = 10.0
+#: Seconds a ``scrapy retryqueue writer``'s announcement in Redis (queue/keys.writer_key)
+#: lives unless renewed; it renews it every third of that. A crawl that sees one
+#: starts no store writer of its own.
+STORE_WRITER_ANNOUNCE_TTL = 30.0
 
 #: The web dashboard (scrapy retryqueue dashboard); validated by dashboard/settings.py.
 DASHBOARD_SETTINGS: dict[str, Any] = {
