@@ -39,6 +39,7 @@ from . import (
     heap,
     latency,
     memory,
+    outage_family,
     overhead,
     parsers,
     queue_ops,
@@ -193,6 +194,18 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             "crawl learned ÷ exponential lag p50": (lambda v: v <= 1.0, "<= 1.0"),
             "crawl learned ÷ exponential lag p90": (lambda v: v <= 1.1, "<= 1.1"),
             "crawl learned minus exponential dead": (lambda v: v <= 0, "<= 0"),
+            # Issue 35's targets on each outage distribution of the family.
+            **{
+                f"family {case}, learned {figure}": _bound("", text)[1]
+                for case in (*outage_family.FAMILY, "issue 35 site")
+                for figure, text in (
+                    ("÷ default failed/recovered", "<= 0.6"),
+                    ("÷ default lag p50", "<= 1.0"),
+                    ("÷ default lag p90", "<= 1.1"),
+                    ("minus default dead", "<= 0"),
+                    ("regret", "<= 1.25"),
+                )
+            },
             # The retry budget's target: no window over budget once it is on.
             **{
                 f"budget on, {name}: retries over budget": (lambda v: v == 0, "0")

@@ -241,12 +241,13 @@ def test_no_outage_the_default_could_outlast_runs_the_attempts_out(durations: li
 
 def test_the_plan_spares_attempts_on_a_slow_site() -> None:
     # Outages of about 100 s: exponential fails at 1, 3, 7, 15, 31 and 63 s; the plan
-    # tries where the outages seen end (once before, as max_delay is 60 s).
+    # tries where the outages seen end.
     strategy = learned([90.0, 100.0, 110.0] * 20)
     recovered, times = _tries(strategy, 105.0, POLICY, 1)
     default = _tries(ExponentialBackoff(), 105.0, POLICY, 1)[1]
     assert recovered and len(times) <= 5 < len(default)
-    assert times[0] >= 30
+    # One try before the outages seen start to end at 64 s: max_delay allows no fewer.
+    assert len([t for t in times if t < 64]) == 1
 
 
 # -- without data: the fallback, exactly ------------------------------------------------------
@@ -276,13 +277,22 @@ def test_without_enough_data_it_is_exactly_the_fallback(records: dict[Any, Recor
                 assert "held" not in reason
 
 
-def test_the_plan_is_computed_once_per_read_of_the_records() -> None:
+def test_the_plan_is_computed_once_per_curve_shape() -> None:
     strategy = learned([4.0] * 40)
     strategy.delay(ctx())
     strategy.delay(ctx(attempt=1, since_first=1.0))
-    assert len(strategy._plans) == 1
-    strategy.learned(strategy.stats)
-    assert strategy._plans == {}
+    [plan] = strategy._plans.values()
+    # A later read whose records only decayed (the same hazards): the same plan.
+    record = strategy.stats.records[("server_error", "a.example")]
+    strategy.learned(RecoveryStats({("server_error", "a.example"): record.decayed(10**9, 3600)}))
+    strategy.delay(ctx())
+    assert list(strategy._plans.values()) == [plan]
+    # New outcomes: a new plan.
+    strategy.learned(
+        RecoveryStats({("server_error", "a.example"): outages([4.0] * 40 + [9.0] * 5)})
+    )
+    strategy.delay(ctx())
+    assert len(strategy._plans) == 2
 
 
 # -- the settings ---------------------------------------------------------------------------

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Plans kept (one per curve shape and policy in use): a few KB each.
+PLANS_KEPT = 256
+
 #: Keyword arguments of the strategy before the plan replaced them, and their settings.
 _RETIRED_ARGUMENTS = {
     "skip_below": "RETRYQUEUE_LEARNED_SKIP_BELOW",
@@ -80,9 +83,9 @@ class LearnedBackoff:
         self.fallback: BackoffStrategy = fallback or ExponentialBackoff()
         #: What the fleet has seen, as of the runtime's latest read.
         self.stats = RecoveryStats()
-        #: Plans over the curves of self.stats, by (curve, base_delay, max_delay):
-        #: computed at a curve's first use after a read, then one pass per failure.
-        self._plans: dict[tuple[int, float, float, float, int], Schedule] = {}
+        #: Plans by curve shape and policy, least recently used first: computed at a
+        #: shape's first use, then one pass per failure.
+        self._plans: dict[tuple[Any, ...], Schedule] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> LearnedBackoff:
@@ -95,7 +98,6 @@ class LearnedBackoff:
     def learned(self, stats: RecoveryStats) -> None:
         """The runtime's latest read of the recovery records (reactor thread)."""
         self.stats = stats
-        self._plans = {}
 
     def delay(self, ctx: BackoffContext) -> float:
         return self.delay_and_reason(ctx)[0]
@@ -133,25 +135,29 @@ class LearnedBackoff:
         return why, None, known
 
     def plan(self, curve: Curve, policy: PolicyFields) -> Schedule:
-        """The plan over *curve* for *policy* (cached until the next read)."""
+        """The plan over *curve* for *policy*: kept by the curve's shape, so a read of the
+        records that only decayed them (the same hazards) computes nothing again."""
+        knots = curve.knots(LEARNED_MIN_AT_RISK)
         key = (
-            id(curve),
+            tuple((round(t, 6), round(s, 9)) for t, s in knots),
             policy.base_delay,
             policy.multiplier,
             policy.max_delay,
             policy.max_retries,
         )
-        plan = self._plans.get(key)
+        plan = self._plans.pop(key, None)
         if plan is None:
             plan = Schedule(
-                curve.knots(LEARNED_MIN_AT_RISK),
+                knots,
                 try_cost=self.try_cost,
                 base_delay=policy.base_delay,
                 max_delay=policy.max_delay,
                 reach=policy_reach(policy),
                 max_tries=policy.max_retries,
             )
-            self._plans[key] = plan
+            while len(self._plans) >= PLANS_KEPT:
+                del self._plans[next(iter(self._plans))]  # the least recently used
+        self._plans[key] = plan
         return plan
 
     def delay_and_reason(self, ctx: BackoffContext) -> tuple[float, str]:

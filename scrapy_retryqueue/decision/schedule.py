@@ -20,7 +20,9 @@ from itertools import pairwise
 
 #: Grid points per segment of the curve (its survival is linear between knots, so
 #: more points only refine where a try may fall, not the model).
-SUBDIVISIONS = 4
+SUBDIVISIONS = 2
+#: Grid points per max_delay at least, where the curve's segments are longer.
+PER_MAX_DELAY = 4
 #: At most this many grid points: a segment is cut finer only while the grid is smaller.
 GRID_MAX = 400
 #: Levels of tries left the recursion keeps at most (past them, the last one's costs).
@@ -58,6 +60,7 @@ class Schedule:
     """
 
     __slots__ = (
+        "_ahead_rows",
         "_area",
         "_cost",
         "_s",
@@ -96,6 +99,7 @@ class Schedule:
         #: _cost[k][i]: the least expected cost (unnormalised) after a failed try at
         #: point i with k tries left; levels past the last are the last one's.
         self._cost: list[list[float]] = []
+        self._ahead_rows: list[list[float]] = []
         self._fill_costs(max(0, min(max_tries, LEVELS_MAX)))
 
     @property
@@ -129,45 +133,51 @@ class Schedule:
     def _level(self, k: int) -> list[float]:
         return self._cost[min(k, len(self._cost) - 1)]
 
-    def _from(self, t: float, s_t: float, area_t: float, k: int, j0: int) -> tuple[int, float]:
-        """The cheapest next point (index, cost) after a failed try at *t* with *k* tries
-        left, among the points from *j0* within max_delay; (-1, dead or inf) when none."""
-        times, s, area = self._t, self._s, self._area
+    def _ahead(self, k: int) -> list[float]:
+        """Per point j, what a next try there adds whatever the last one was, with *k*
+        tries left after it: try_cost * S(j) - area(j) + cost(j, k). The lag from a failed
+        try at t is then s_t * (t_j - t) + area(t) - area(j)."""
+        k = min(k, len(self._cost) - 1)
+        while len(self._ahead_rows) <= k:
+            level = self._cost[len(self._ahead_rows)]
+            c = self.try_cost
+            self._ahead_rows.append(
+                [c * s - a + rest for s, a, rest in zip(self._s, self._area, level, strict=True)]
+            )
+        return self._ahead_rows[k]
+
+    def _from(self, t: float, s_t: float, area_t: float, k: int, j0: int) -> float:
+        """The least cost after a failed try at *t* with *k* tries left, its next try
+        among the points from *j0* within max_delay (inf when the tries left cannot
+        reach far enough; a task given up when none is left)."""
+        times = self._t
         n = len(times)
         if t + k * self.max_delay < self.reach - 1e-9:
-            return -1, math.inf
+            return math.inf
         if k == 0 or t >= times[-1]:
-            return -1, self._dead(t, s_t, area_t)
-        onward = self._level(k - 1)
+            return self._dead(t, s_t, area_t)
+        ahead = self._ahead(k - 1)
         hi = bisect_right(times, t + self.max_delay, j0)
         if hi <= j0:
             hi = min(j0 + 1, n)  # a grid coarser than max_delay: the next point
-        best_j, best = -1, math.inf
-        c = self.try_cost
-        for j in range(j0, hi):
-            rest = onward[j]
-            if rest == math.inf:
-                continue
-            value = c * s[j] + s_t * (times[j] - t) - (area[j] - area_t) + rest
-            if value < best:
-                best_j, best = j, value
-        return best_j, best
+        best = min([a + s_t * x for a, x in zip(ahead[j0:hi], times[j0:hi], strict=True)])
+        return best + area_t - s_t * t
 
     def _fill_costs(self, levels: int) -> None:
         """The backward recursion, level by level (tries left), until a level is its
         predecessor again: more tries than the plan wants change nothing."""
         times, s, area = self._t, self._s, self._area
         n = len(times)
+        last = times[-1]
+        starts = [
+            min(bisect_left(times, t + self.base_delay, i + 1), n - 1) for i, t in enumerate(times)
+        ]
         for k in range(levels + 1):
             row = [0.0] * n
             self._cost.append(row)
-            for i in range(n - 1, -1, -1):
-                t = times[i]
-                if i == n - 1:
-                    row[i] = 0.0 if t + k * self.max_delay >= self.reach - 1e-9 else math.inf
-                    continue
-                j0 = bisect_left(times, t + self.base_delay, i + 1)
-                row[i] = self._from(t, s[i], area[i], k, min(j0, n - 1))[1]
+            row[n - 1] = 0.0 if last + k * self.max_delay >= self.reach - 1e-9 else math.inf
+            for i in range(n - 1):
+                row[i] = self._from(times[i], s[i], area[i], k, starts[i])
             if k > self.reach / self.max_delay + 1 and row == self._cost[k - 1]:
                 self._cost.pop()
                 break
@@ -177,8 +187,8 @@ class Schedule:
         *t* with *tries_left* tries."""
         if t >= self._t[-1]:
             return 0.0 if t + tries_left * self.max_delay >= self.reach - 1e-9 else math.inf
-        j0 = bisect_left(self._t, t + self.base_delay)
-        return self._from(t, self.survival(t), self._area_at(t), tries_left, j0)[1]
+        j0 = min(bisect_left(self._t, t + self.base_delay), len(self._t) - 1)
+        return self._from(t, self.survival(t), self._area_at(t), tries_left, j0)
 
     def next_try(
         self, elapsed: float, *, earliest: float, latest: float, tries_left: int
@@ -198,15 +208,13 @@ class Schedule:
         lag = s_e * (earliest - elapsed) - (self._area_at(earliest) - area_e)
         best_at = earliest
         best = c * self.survival(earliest) + lag + self.cost_from(earliest, after)
-        onward = self._level(after)
-        s, area = self._s, self._area
-        for j in range(bisect_left(times, earliest), bisect_right(times, latest)):
-            rest = onward[j]
-            if rest == math.inf:
-                continue
-            value = c * s[j] + s_e * (times[j] - elapsed) - (area[j] - area_e) + rest
-            if value < best:
-                best_at, best = times[j], value
+        ahead = self._ahead(after)
+        lo, hi = bisect_left(times, earliest), bisect_right(times, latest)
+        if hi > lo:
+            values = [a + s_e * x for a, x in zip(ahead[lo:hi], times[lo:hi], strict=True)]
+            j = min(range(len(values)), key=values.__getitem__)
+            if values[j] + area_e - s_e * elapsed < best:
+                best_at = times[lo + j]
         return best_at
 
 
@@ -218,7 +226,7 @@ def _grid(
     survival: list[float] = []
     span = knots[-1][0] - knots[0][0]
     # Fine enough that a try may fall every quarter of max_delay, within GRID_MAX.
-    step = max(max_delay / SUBDIVISIONS, span / GRID_MAX if span > 0 else 0.0)
+    step = max(max_delay / PER_MAX_DELAY, span / GRID_MAX if span > 0 else 0.0)
     for (t0, s0), (t1, s1) in pairwise(knots):
         if t1 <= t0:
             continue
