@@ -88,17 +88,20 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             for baseline in BASELINES
             for status in deadletters.SECTIONS
             for store, figures in (
-                # The CPU per page, held also where the fixed cost is left out.
+                # The CPU per page, held also where the fixed cost is left out. The
+                # default (the writer forked): the crawl alone, and crawl + writer.
                 (
-                    "sqlite",
+                    "default",
                     (
                         ("pages/s ratio", ">= 0.9"),
-                        ("CPU ratio", "<= 1.15"),
-                        ("marginal ratio", "<= 1.15"),
+                        ("crawl CPU ratio", "<= 1.15"),
+                        ("crawl marginal ratio", "<= 1.15"),
+                        ("CPU ratio", "<= 1.35"),
+                        ("marginal ratio", "<= 1.35"),
                     ),
                 ),
                 (
-                    "sqlite process",
+                    "thread",
                     (
                         ("pages/s ratio", ">= 0.9"),
                         ("CPU ratio", "<= 1.15"),
@@ -135,8 +138,8 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
                 ("ours ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
                 ("ours ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
                 ("ours retry ÷ healthy page", (lambda v: v <= 1.5, "<= 1.5")),
-                ("ours process ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
-                ("ours process ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
+                ("ours thread ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
+                ("ours thread ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
                 ("writer proc ÷ stock CPU/final page", (lambda v: v <= 1.25, "<= 1.25")),
                 ("writer proc ÷ stock marginal", (lambda v: v <= 1.25, "<= 1.25")),
             )

@@ -286,13 +286,32 @@ class CrawlCost:
 
     @property
     def cpu_ms_per_page(self) -> float:
-        """User + system CPU of the crawler process (every thread), from the spider's
-        opening to the process's exit (the store's final flush included), per page."""
+        """User + system CPU of the crawler process (every thread) and of the store
+        writer it forked, from the spider's opening to the process's exit (the store's
+        final flush included), per page: crawl + writer."""
         return self.stats["bench/cpu"] / self.pages * 1000
 
     @property
+    def writer_cpu(self) -> float:
+        """CPU seconds of the store writer process the crawl forked (none: 0), from the
+        fork to its exit: the crawl reaped it, so its resource usage is the crawl's
+        RUSAGE_CHILDREN (benchmarks.probes reads it as the crawl exits)."""
+        return float(self.stats.get("bench/children_cpu", 0.0))
+
+    @property
+    def crawl_cpu_ms_per_page(self) -> float:
+        """:attr:`cpu_ms_per_page` less the forked writer's: the crawl's own CPU."""
+        return (self.stats["bench/cpu"] - self.writer_cpu) / self.pages * 1000
+
+    @property
+    def crawl_cpu_total(self) -> float:
+        """:attr:`cpu_total` less the forked writer's."""
+        return self.cpu_total - self.writer_cpu
+
+    @property
     def cpu_total(self) -> float:
-        """CPU seconds of the crawler process from its start to its exit."""
+        """CPU seconds of the crawler process from its start to its exit, with the
+        store writer it forked (wait4 counts the children the crawl reaped)."""
         return float(self.stats["bench/cpu_total"])
 
     @property
@@ -325,6 +344,16 @@ def marginal_ms(small: CrawlCost, large: CrawlCost) -> float:
     """CPU ms per page of the slope between two crawls of different sizes (whole
     process, start to exit): what one more page costs, start-up and close apart."""
     return (large.cpu_total - small.cpu_total) / (large.pages - small.pages) * 1000
+
+
+def crawl_marginal_ms(small: CrawlCost, large: CrawlCost) -> float:
+    """:func:`marginal_ms` of the crawl's own CPU, its forked writer's left out."""
+    return (large.crawl_cpu_total - small.crawl_cpu_total) / (large.pages - small.pages) * 1000
+
+
+def forked_writer_marginal_ms(small: CrawlCost, large: CrawlCost) -> float:
+    """The same slope for the store writer each crawl forked."""
+    return (large.writer_cpu - small.writer_cpu) / (large.pages - small.pages) * 1000
 
 
 def writer_marginal_ms(small: CrawlCost, large: CrawlCost) -> float:

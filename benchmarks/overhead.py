@@ -4,7 +4,8 @@ Crawls of pages that all answer 200 at once, served by nginx (see
 benchmarks/static_site.py), so the crawler, not the site, is the bottleneck
 ("nginx ÷ crawler CPU"). Variants: stock Scrapy; ours as a project gets it
 (the store writer on, with its default SQLite database, its schema made once
-before the crawls as a project's is); ours with the store writer off. Each
+before the crawls as a project's is, in the process the crawl forks for it:
+RETRYQUEUE_STORE_PROCESS = "auto"); ours with the store writer off. Each
 figure is given at two baselines (common.BASELINES): "lean" (32 concurrent
 requests, LOG_LEVEL WARNING, as a production crawl runs) and "suite" (64
 concurrent requests, the settings of earlier rounds).
@@ -20,7 +21,11 @@ costs); "start-up s" the CPU from the process's start to its first request, and
 more than stock (the whole process's CPU less its pages' marginal cost: its
 start, what loads once mid-crawl, its close); "GC ms/page" the garbage
 collector's CPU per page of the larger crawl, "GC +" ours minus stock's. Ratios
-are ours ÷ stock of the same round.
+are ours ÷ stock of the same round. Where the crawl forks its store writer, "CPU"
+and "marginal" count the crawl and its writer together (the crawl reaps it);
+"crawl CPU" and "crawl marginal" the crawl alone, "writer CPU ms/page" and
+"writer marginal ms" the writer alone (its resource usage, read by the crawl as
+it exits).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from .common import (
     STOCK,
     CrawlCost,
     alternate,
+    crawl_marginal_ms,
     forget,
+    forked_writer_marginal_ms,
     marginal_ms,
     measured_crawl,
     side_by_side,
@@ -93,6 +100,20 @@ def growth_figures(
         figures[f"{prefix}{label} start-up + s"] = large.startup_cpu - stock[1].startup_cpu
         figures[f"{prefix}{label} fixed + s"] = fixed_cpu(small, large) - fixed_cpu(*stock)
         figures[f"{prefix}{label} GC + ms/page"] = gc_ms_per_page(large) - gc_ms_per_page(stock[1])
+    if large.writer_cpu:
+        # A store writer forked by the crawl: "CPU" above is crawl + writer; the
+        # crawl's own and the writer's, side by side (stock forks nothing).
+        figures.update(
+            {
+                f"{prefix}{label} crawl CPU ms/page": large.crawl_cpu_ms_per_page,
+                f"{prefix}{label} crawl CPU ratio": large.crawl_cpu_ms_per_page
+                / stock[1].crawl_cpu_ms_per_page,
+                f"{prefix}{label} crawl marginal ratio": crawl_marginal_ms(small, large)
+                / crawl_marginal_ms(*stock),
+                f"{prefix}{label} writer CPU ms/page": large.writer_cpu / large.pages * 1000,
+                f"{prefix}{label} writer marginal ms": forked_writer_marginal_ms(small, large),
+            }
+        )
     return figures
 
 

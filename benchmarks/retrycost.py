@@ -5,9 +5,13 @@ nginx serves pages that each answer 503 once and then 200 (the retried request
 carries Scrapy's ``retry_times``, which benchmarks.probes.AttemptHeader sends as
 a header). Ours parks each 503 in Redis and re-injects it when due (0.5 s later,
 polls every 0.2 s), then acknowledges it: schedule, claim, ack, their events,
-and the store writer's rows (in a thread of the crawl; "ours process": in the
-process the crawl forks for it, RETRYQUEUE_STORE_PROCESS = True, whose CPU the
-crawl's includes since the crawl reaps it). "writer proc" is ours with the store off in the crawl
+and the store writer's rows ("ours", the defaults: in the process the crawl
+forks for it, RETRYQUEUE_STORE_PROCESS = "auto"; "ours thread": in a thread of
+the crawl, RETRYQUEUE_STORE_PROCESS = False). For "ours", "CPU" and "marginal"
+count the crawl and its forked writer together (crawl + writer: the crawl reaps
+it), "crawl CPU" and "crawl ÷ stock" the crawl alone, "writer CPU ms/final page"
+the forked writer alone, from the fork to its exit (its resource usage, which the
+crawl reads as it exits). "writer proc" is ours with the store off in the crawl
 and one ``scrapy retryqueue writer`` process serving its spider into a SQLite
 database (the fleet set-up, as in deadletters): its figures are the crawl's, and
 "writer CPU ms/retried request" that process's CPU from its start to its exit
@@ -33,7 +37,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import common
-from .common import BASELINES, STOCK, WRITER, marginal_ms, side_by_side, writer_marginal_ms
+from .common import (
+    BASELINES,
+    STOCK,
+    WRITER,
+    crawl_marginal_ms,
+    forked_writer_marginal_ms,
+    marginal_ms,
+    side_by_side,
+    writer_marginal_ms,
+)
 from .overhead import fixed_cpu, gc_ms_per_page, ours_settings, prepare_store
 from .static_site import static_site
 
@@ -47,7 +60,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
 
     client = redis.Redis.from_url(redis_url)
     runs = [(v, s) for v in ("stock", "ours") for s in ("healthy", "retry")]
-    runs += [("ours process", "retry"), ("writer proc", "retry")]
+    runs += [("ours thread", "retry"), ("writer proc", "retry")]
     small, large = SIZES
     writer_database = f"sqlite:///{workdir / 'retry-writer-store.sqlite3'}"
     if not (workdir / "retry-writer-store.sqlite3").exists():
@@ -61,8 +74,8 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
             chosen.update(RETRYQUEUE_POLICIES=POLICY, RETRYQUEUE_POLL_INTERVAL=0.2)
         if variant == "writer proc":
             chosen.update(RETRYQUEUE_STORE_ENABLED=False, **{WRITER: writer_database})
-        if variant == "ours process":
-            chosen.update(RETRYQUEUE_STORE_PROCESS=True)
+        if variant == "ours thread":
+            chosen.update(RETRYQUEUE_STORE_PROCESS=False)
         return chosen
 
     figures: dict[str, float] = {}
@@ -84,7 +97,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                         key = "retry/count" if variant == "stock" else "retryqueue/recovered"
                         assert cost.stats.get(key) == size, cost.stats
             big = paired[large]
-            for variant in ("stock", "ours", "ours process", "writer proc"):
+            for variant in ("stock", "ours", "ours thread", "writer proc"):
                 small_retry, retry = paired[small][(variant, "retry")], big[(variant, "retry")]
                 figures[f"{prefix}{variant} CPU ms/final page"] = retry.cpu_ms_per_page
                 figures[f"{prefix}{variant} marginal ms/final page"] = marginal_ms(
@@ -103,6 +116,21 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                     figures[f"{prefix}{variant} ÷ stock {ratio}"] = (
                         figures[f"{prefix}{variant} {figure}"] / figures[f"{prefix}stock {figure}"]
                     )
+            # The default's crawl and its forked writer, side by side.
+            small_ours, ours = paired[small][("ours", "retry")], big[("ours", "retry")]
+            assert ours.writer_cpu > 0, ours.stats
+            stock_small, stock = paired[small][("stock", "retry")], big[("stock", "retry")]
+            figures[f"{prefix}ours crawl CPU ms/final page"] = ours.crawl_cpu_ms_per_page
+            figures[f"{prefix}ours writer CPU ms/final page"] = ours.writer_cpu / large * 1000
+            figures[f"{prefix}ours crawl ÷ stock CPU/final page"] = (
+                ours.crawl_cpu_ms_per_page / stock.cpu_ms_per_page
+            )
+            figures[f"{prefix}ours crawl ÷ stock marginal"] = crawl_marginal_ms(
+                small_ours, ours
+            ) / marginal_ms(stock_small, stock)
+            figures[f"{prefix}ours writer marginal ms"] = forked_writer_marginal_ms(
+                small_ours, ours
+            )
             for variant in ("stock", "ours"):
                 healthy = big[(variant, "healthy")].cpu_ms_per_page
                 retry_ms = figures[f"{prefix}{variant} CPU ms/final page"]
