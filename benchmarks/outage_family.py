@@ -209,7 +209,12 @@ def _learn(
     record = records.get(key) or empty_record(int(now_s * 1000))
     first, last = observation(prior, wait_ms, recovered)
     records[key] = record.add(
-        first, last, recovered, now=int(now_s * 1000), half_life=LEARNED_HALF_LIFE
+        first,
+        last,
+        recovered,
+        now=int(now_s * 1000),
+        half_life=LEARNED_HALF_LIFE,
+        gap=(prior, wait_ms) if recovered else None,
     )
 
 

@@ -185,7 +185,9 @@ def test_status_summarises_each_domain_in_text(
     lines = learned_lines(entry)
     assert lines[0] == "  learned recovery (LearnedBackoff in use):"
     (slow,) = [line for line in lines if line.startswith("    server_error at slow.example")]
-    assert re.search(r": 30 outages \(30 seen to end\), median \d+\.\d s, p90 \d+\.\d s; ", slow)
+    assert re.search(
+        r": 30 outages \(30 seen to end\), median \d+\.\d (s|min), p90 \d+\.\d (s|min); ", slow
+    )
     assert "next: waits " in slow and "then tries at " in slow
     assert sum(line.startswith("      why: learned: ") for line in lines) == 2
     table = render_table(shown)

@@ -38,7 +38,11 @@ from scrapy_retryqueue.queue.delayed import (
 )
 from scrapy_retryqueue.queue.domains import DOMAIN_SCRIPT_NAMES
 from scrapy_retryqueue.queue.frontier import FRONTIER_SCRIPT_NAMES
-from scrapy_retryqueue.settings.defaults import RECOVERY_BINS, RECOVERY_RECORD_MAX
+from scrapy_retryqueue.settings.defaults import (
+    RECOVERY_BINS,
+    RECOVERY_FIRST_EDGE,
+    RECOVERY_RECORD_MAX,
+)
 
 POLICY = Policy(
     retry=True, base_delay=2.0, multiplier=2.0, max_delay=300.0, max_retries=9, jitter="equal"
@@ -88,9 +92,9 @@ def test_a_task_counts_once_per_bin_however_often_it_fails() -> None:
             *observation(prior, wait, recovered), recovered, now=0, half_life=HALF_LIFE
         )
         prior = wait
-    # Its outage ended between 20 s and 50 s: the recovery is dated at 35 s.
-    assert record.at_risk == [1.0] * (bin_of(35) + 1)
-    assert record.recovered[bin_of(35)] == 1 and sum(record.recovered) == 1
+    # Counted once in every bin it reached, however many times it failed there.
+    assert record.at_risk == [1.0] * (bin_of(50) + 1)
+    assert record.recovered[bin_of(50)] == 1 and sum(record.recovered) == 1
 
 
 def test_survival_and_the_next_time_follow_the_outages_seen() -> None:
@@ -342,6 +346,7 @@ def test_the_scripts_keep_the_record_as_recovery_py_says(
             op == "ack",
             now=now,
             half_life=queue.learned_half_life_ms / 1000,
+            gap=(prior, wait) if op == "ack" else None,
         )
         prior = wait
     stored = redis_client.hget(queue.keys.recovery, field)
@@ -374,7 +379,7 @@ def test_the_scripts_start_a_hostile_record_over_and_keep_at_most_max_records(
         assert queue.apply([write]) == [True]
     raw = redis_client.hgetall(keys.recovery)
     fresh = empty_record().add(
-        *observation(None, 4000, True), True, now=t0 + 4000, half_life=HALF_LIFE
+        *observation(None, 4000, True), True, now=t0 + 4000, half_life=HALF_LIFE, gap=(None, 4000)
     )
     assert set(raw) == {b"server_error a.example", b"server_error b.example"}
     assert raw[b"server_error a.example"].decode() == fresh.encode()
@@ -399,6 +404,10 @@ def test_the_snippet_spells_the_records_limits_as_defaults_py_does() -> None:
     # The header says the same numbers.
     assert f"RECOVERY_RECORD_MAX ({RECOVERY_RECORD_MAX})" in SNIPPET
     assert f"RECOVERY_BINS ({RECOVERY_BINS})" in SNIPPET
+    # The bins' edges, for spreading a recovery over its gap, as recovery.EDGES has them.
+    assert f"RECOVERY_FIRST_EDGE ({RECOVERY_FIRST_EDGE})" in SNIPPET
+    assert f"return {RECOVERY_FIRST_EDGE} * 2 ^ ((b - 1) / 2)" in SNIPPET
+    assert re.findall(r"b \+ 1 < (\d+)", SNIPPET) == [str(RECOVERY_BINS)]
 
 
 @pytest.mark.parametrize("name", EVERY_SCRIPT)
@@ -464,7 +473,31 @@ def test_nothing_to_say_past_the_longest_outage_seen() -> None:
     assert "policy backoff" in reason
 
 
-def test_a_recovery_is_dated_midway_between_the_last_failure_and_the_success() -> None:
-    assert observation(20_000, 50_000, True) == (bin_of(20) + 1, bin_of(35))
-    assert observation(None, 8_000, True) == (0, bin_of(4))
+def test_a_recovery_is_spread_over_the_gap_between_the_last_failure_and_the_success() -> None:
+    assert observation(20_000, 50_000, True) == (bin_of(20) + 1, bin_of(50))
+    assert observation(None, 8_000, True) == (0, bin_of(8))
     assert observation(20_000, 50_000) == (bin_of(20) + 1, bin_of(50))
+    # Failed at 20 s, succeeded at 50 s: each bin of [20, 50] s recovers its share of
+    # the gap, and is at risk by the share from its lower edge on.
+    record = (
+        empty_record()
+        .add(*observation(None, 20_000), False, now=0, half_life=HALF_LIFE)
+        .add(
+            *observation(20_000, 50_000, True),
+            True,
+            now=0,
+            half_life=HALF_LIFE,
+            gap=(20_000, 50_000),
+        )
+    )
+    assert sum(record.recovered) == pytest.approx(1.0)
+    for b in range(bin_of(20), bin_of(50) + 1):
+        lo, hi = EDGES[b], EDGES[b + 1]
+        assert record.recovered[b] == pytest.approx((min(hi, 50) - max(lo, 20)) / 30)
+        assert record.at_risk[b] == pytest.approx(1.0 if lo <= 20 else (50 - lo) / 30)
+    assert record.recovered[: bin_of(20)] == [0.0] * bin_of(20)
+    # A first retry that succeeded: its recovery spread from the first failure on.
+    one = empty_record().add(
+        *observation(None, 3000, True), True, now=0, half_life=HALF_LIFE, gap=(None, 3000)
+    )
+    assert sum(one.recovered) == pytest.approx(1.0) and one.at_risk[0] == 1.0

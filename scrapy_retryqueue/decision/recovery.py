@@ -5,7 +5,7 @@ keys.py): ``"<updated ms> <n0> <e0> <n1> <e1> ..."``, where ``n_b`` is the
 weight of tasks whose outage was seen to last into bin *b* (at risk there) and
 ``e_b`` the weight of those that recovered in it. A task adds to the bins its
 outage newly reached at each outcome (reschedule, dead letter: censored; ack:
-recovered, dated midway between its last failure and its success), so it counts
+recovered, spread evenly over the gap between its last failure and its success), so it counts
 once per bin however often it fails, and one still failing or dead-lettered is a
 censored observation, as Kaplan-Meier wants.
 Weights halve every half-life (the scripts decay a record when they update it;
@@ -48,25 +48,27 @@ def parse_field(field: str) -> tuple[str, str] | None:
 
 
 def observation(prior_ms: int | None, wait_ms: int, recovered: bool = False) -> tuple[int, int]:
-    """The bins (first, last) an outcome adds at-risk weight to (and, recovered, its
-    recovery to bin last).
+    """The bins (first, last) an outcome adds at-risk weight to.
 
     *prior_ms* is how long the task's outage had lasted at its previous outcome
     (None or 0 for its first: it is at risk from bin 0), *wait_ms* how long now.
-    A recovery is dated midway between the last failure and the success: the
-    outage ended somewhere in between. Dated at the success, the curve would
-    learn the lag of the attempts that found it over, a strategy timed by the
-    curve would wait longer for it, and the lag would grow with every pass.
-    first > last when the outage reached no new bin.
+    first > last when the outage reached no new bin. A recovery (*recovered*) is
+    spread over the gap between the last failure and the success (:meth:`Record.add`
+    with its *gap*): the outage ended somewhere in between. Dated at the success,
+    the curve would learn the lag of the attempts that found it over, a strategy
+    timed by it would wait longer for it, and the lag would grow with every pass;
+    dated at the gap's middle, one bin would get what a long gap spreads over several.
     """
     prior = prior_ms if prior_ms and prior_ms > 0 else 0
-    end = max(0, wait_ms)
-    if recovered:
-        end = prior + max(0, end - prior) / 2
-    last = bin_of(end / 1000)
+    last = bin_of(max(0, wait_ms) / 1000)
     if not prior:
         return 0, last
     return bin_of(prior / 1000) + 1, last
+
+
+def _upper(b: int) -> float:
+    # The last bin is open: a gap past its lower edge falls in it whole.
+    return EDGES[b + 1] if b + 1 < len(EDGES) else math.inf
 
 
 @dataclass(slots=True)
@@ -86,14 +88,37 @@ class Record:
             [x * factor for x in self.recovered],
         )
 
-    def add(self, first: int, last: int, recovered: bool, *, now: int, half_life: float) -> Record:
+    def add(
+        self,
+        first: int,
+        last: int,
+        recovered: bool,
+        *,
+        now: int,
+        half_life: float,
+        gap: tuple[int | None, int] | None = None,
+    ) -> Record:
         """This record after one outcome: what the scripts do (lua/lib/recovery.lua, in
         ack.lua, reschedule.lua, deadletter.lua), for the simulation and the tests that
-        hold them equal."""
+        hold them equal. *gap*: (prior ms, wait ms) of a recovery, spread over it: each
+        bin of the gap is at risk by the share of the gap from its lower edge on, and
+        recovers by the share of the gap in it. Without it, at risk in first..last and
+        recovered in last."""
         record = self.decayed(now, half_life)
         size = max(len(record.at_risk), last + 1)
         record.at_risk += [0.0] * (size - len(record.at_risk))
         record.recovered += [0.0] * (size - len(record.recovered))
+        p = (gap[0] or 0) / 1000 if gap else 0.0
+        w = gap[1] / 1000 if gap else 0.0
+        if recovered and gap and w > p:
+            # The same operations, in the same order, as the script's.
+            for b in range(first, last + 1):
+                lo = EDGES[b]
+                record.at_risk[b] += 1 if lo <= p else (w - lo) / (w - p)
+            for b in range(first - 1 if p > 0 else first, last + 1):
+                lo, hi = EDGES[b], _upper(b)
+                record.recovered[b] += (min(hi, w) - max(lo, p)) / (w - p)
+            return record
         for b in range(first, last + 1):
             record.at_risk[b] += 1
         if recovered:

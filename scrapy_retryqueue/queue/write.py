@@ -124,6 +124,8 @@ class WriteCalls:
                 wait = max(0, w.now - created) if isinstance(created, int) and created > 0 else ""
                 args += [wire_id(w.task_id), w.token, w.now, w.kind, w.url, wait, w.host]
                 args += self._learning(w, recovered=True)
+                # Where the recovery is spread from: the task's last failure.
+                args.append(w.prior if isinstance(w.prior, int) and w.prior > 0 else 0)
                 fields = {events.ID: w.task_id, events.KIND: w.kind, events.URL: w.url}
                 fields.update({events.WAIT: wait, events.DOMAIN_NAME: w.host})
                 args += [self._version(w), self._event_sig(events.SUCCEEDED, w, fields)]

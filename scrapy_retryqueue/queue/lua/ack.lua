@@ -13,11 +13,13 @@
 -- ARGV[2] events stream max length (approximate)
 -- ARGV[3] ms a finished record is kept (0: none kept, signing off)
 -- ARGV[4] the most finished records kept
--- ARGV[5..] groups of 15, one per task:
+-- ARGV[5..] groups of 16, one per task:
 --   task id, lease token, now (ms), kind of the last failure, url,
 --   wait (ms from its first failure to now, '' when not known), domain (host)
 --   then the learning update (empty field: none): recovery field
---   ("<kind> <domain>"), first bin, last bin, recovered (1/0), half-life (ms), max records
+--   ("<kind> <domain>"), first bin, last bin, recovered (1/0), half-life (ms), max records,
+--   ms from its first failure to its last failure (0: none before; the recovery is
+--   spread between then and wait)
 --   then the version of the envelope it finished with ('' records none) and the
 --   event's signature ('' with signing off)
 --
@@ -31,7 +33,7 @@
 
 local out = {}
 local last_now
-for i = 5, #ARGV, 15 do
+for i = 5, #ARGV, 16 do
   local id = ARGV[i]
   if redis.call('HGET', KEYS[3], id) ~= ARGV[i + 1] then
     out[#out + 1] = 0
@@ -42,14 +44,14 @@ for i = 5, #ARGV, 15 do
     redis.call('HDEL', KEYS[4], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[8], id)
-    record_finished(KEYS[9], id, ARGV[i + 13], ARGV[i + 2])
+    record_finished(KEYS[9], id, ARGV[i + 14], ARGV[i + 2])
     last_now = ARGV[i + 2]
     redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], '*',
       'type', 'succeeded', 'id', id, 'kind', ARGV[i + 3], 'node', ARGV[1],
       'ts', ARGV[i + 2], 'url', ARGV[i + 4], 'wait', ARGV[i + 5], 'domain', ARGV[i + 6],
-      'sig', ARGV[i + 14])
+      'sig', ARGV[i + 15])
     learn(KEYS[7], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10],
-      ARGV[i + 2], ARGV[i + 11], ARGV[i + 12])
+      ARGV[i + 2], ARGV[i + 11], ARGV[i + 12], ARGV[i + 13], ARGV[i + 5])
     out[#out + 1] = 1
   end
 end
