@@ -1,6 +1,7 @@
 """Capacity inputs: what one retry cycle costs Redis, on one server and on a cluster.
 
     python -m benchmarks.capacity [--tasks 6000] [--nodes 16] [--rate 3000] [--no-cluster]
+                                  [--only steps|fleet] [--fleet-nodes 16 50 100 200 500] ...
 
 Many lightweight simulated nodes (threads, each with its own connection and
 its own :class:`~scrapy_retryqueue.queue.delayed.RedisDelayedQueue`) issue the
@@ -16,13 +17,20 @@ commands Redis ran (script calls and the commands inside them), the bytes in
 and out, and the server's CPU time. Each phase runs at batch sizes 1, 10 and
 100 tasks per call (a busy node batches; a quiet one does not).
 
-It prints a Markdown table per server kind; docs/capacity.md is built from it.
+Then a fleet of hundreds (16 to 500 simulated nodes by default, each the
+runtime's own poll loop: benchmarks/fleet_capacity.py) shares each kind of
+server: at rest and under a stream of failures, the cost of a poll, the claim
+latency, how evenly the nodes share the claims, and that no task is claimed
+twice; ``--fleet-json`` keeps the figures for benchmarks/fleet_chart.py.
+
+It prints Markdown tables per server kind; docs/capacity.md is built from them.
 The servers are started on free ports and stopped afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
@@ -47,6 +55,7 @@ from scrapy_retryqueue.queue.keys import all_keys
 from scrapy_retryqueue.store.redisops import EventStream
 from scrapy_retryqueue.store.writer import ENVELOPE_FROM_DEAD, ENVELOPE_FROM_TASKS, parse_entries
 
+from . import fleet_capacity
 from .common import own_redis, run_threads
 
 T0 = 1_700_000_000_000
@@ -92,6 +101,9 @@ class Servers:
     kind: str
     clients: list[redis.Redis]
     make_client: Callable[[], Any]
+    #: A URL of the servers, for processes that make clients of their own.
+    url: str = ""
+    cluster: bool = False
 
     def reset(self) -> None:
         for client in self.clients:
@@ -129,7 +141,7 @@ class Servers:
 def single_server() -> Iterator[Servers]:
     with own_redis() as url:
         client = redis.Redis.from_url(url)
-        yield Servers("one server", [client], lambda: redis.Redis.from_url(url))
+        yield Servers("one server", [client], lambda: redis.Redis.from_url(url), url)
         client.close()
 
 
@@ -181,7 +193,9 @@ def cluster_servers() -> Iterator[Servers]:
         probe.close()
         clients = [redis.Redis(port=port) for _, port in nodes]
         url = f"redis://127.0.0.1:{nodes[0][1]}/0"
-        yield Servers("cluster, 3 masters", clients, lambda: RedisCluster.from_url(url))
+        yield Servers(
+            "cluster, 3 masters", clients, lambda: RedisCluster.from_url(url), url, cluster=True
+        )
         for client in clients:
             client.close()
     finally:
@@ -465,19 +479,29 @@ def main() -> int:
     parser.add_argument("--spiders", type=int, default=6, help="spiders (hash tags)")
     parser.add_argument("--rate", type=float, default=3000, help="tasks per second, in all")
     parser.add_argument("--no-cluster", action="store_true")
+    parser.add_argument("--no-single", action="store_true", help="the cluster only")
+    parser.add_argument("--only", choices=("steps", "fleet"), help="one part of the run")
+    fleet_capacity.add_arguments(parser)
     args = parser.parse_args()
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores "
         f"(shared), Python {platform.python_version()}, redis-py {redis.__version__}, "
         f"{args.tasks} tasks per phase, {args.nodes} nodes, {args.spiders} spiders, "
-        f"{args.rate:.0f} tasks/s\n"
+        f"{args.rate:.0f} tasks/s; fleet: {args.fleet_nodes} nodes, {args.fleet_spiders} "
+        f"spiders, {args.fleet_rate:.0f} failures/s, {args.fleet_processes} processes\n"
     )
-    kinds: list[Callable[[], Any]] = [single_server]
+    kinds: list[Callable[[], Any]] = [] if args.no_single else [single_server]
     if not args.no_cluster:
         kinds.append(cluster_servers)
+    fleets: list[dict[str, Any]] = []
     for kind in kinds:
         with kind() as servers:
             version = servers.clients[0].info("server")["redis_version"]
+            if args.only != "steps":
+                print(f"#### fleet, {servers.kind} (Redis {version})\n", flush=True)
+                fleets += [r.as_dict() for r in fleet_capacity.measure(args, servers)]
+            if args.only == "fleet":
+                continue
             rows = {
                 batch: cycle_costs(
                     servers,
@@ -490,6 +514,8 @@ def main() -> int:
                 for batch in BATCHES
             }
             print(table(f"{servers.kind} (Redis {version})", rows), "\n", flush=True)
+    if args.fleet_json and fleets:
+        Path(args.fleet_json).write_text(json.dumps(fleets, indent=1) + "\n")
     return 0
 
 
