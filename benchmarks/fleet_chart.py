@@ -1,23 +1,26 @@
-"""The fleet capacity curve as an SVG chart, drawn from a run's figures (no plotting library).
+"""The fleet capacity curve: medians of a few runs as Markdown tables and an SVG chart.
 
-    python -m benchmarks.capacity --only fleet --fleet-json fleet.json
-    python -m benchmarks.fleet_chart fleet.json docs/capacity-fleet.svg
+    python -m benchmarks.capacity --only fleet --fleet-json round1.json   (and round2, ...)
+    python -m benchmarks.fleet_chart docs/capacity-fleet.svg round1.json round2.json ...
 
-Two panels against the number of simulated nodes: the busiest Redis server's
-CPU (share of one core) at rest and under failures, and the claims' p99
-latency against the target (poll interval + 100 ms). A point drawn hollow is
-one the load generator held back (its row's "what limits" says generator).
+Prints the tables docs/capacity.md holds (the median of the rounds for each
+figure; duplicates and lost tasks summed) and draws, without a plotting
+library, two panels against the number of simulated nodes: the busiest Redis
+server's CPU (share of one core) at rest and under failures, and the claims'
+p99 latency against the target (poll interval + 100 ms). A point drawn hollow is
+one the load generator held back in a round (its "what limits" says generator).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-WIDTH, HEIGHT = 860, 340
+WIDTH, HEIGHT = 900, 340
 PANEL_W, PANEL_H = 340, 230
 LEFT, TOP = 70, 50
 GAP = 90
@@ -87,13 +90,95 @@ class Panel:
         return out
 
 
+def merged(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per server kind and node count: the rounds' medians."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for results in rounds:
+        for r in results:
+            groups.setdefault((r["kind"], r["nodes"]), []).append(r)
+    out = []
+    for (kind, nodes), rs in groups.items():
+
+        def med(get: Any, rs: list[dict[str, Any]] = rs) -> float:
+            return float(statistics.median(get(r) for r in rs))
+
+        out.append(
+            {
+                "kind": kind,
+                "nodes": nodes,
+                "rounds": len(rs),
+                "poll_interval": rs[0]["poll_interval"],
+                "idle_polls": med(lambda r: r["idle_figures"]["polls/s per node"]),
+                "idle_trips": med(lambda r: r["idle_figures"]["round trips per poll"]),
+                "idle_commands": med(lambda r: r["idle_figures"]["commands per poll"]),
+                "idle_us": med(lambda r: r["idle_figures"]["server CPU µs per poll"]),
+                "idle_cores": med(lambda r: max(r["idle"]["server_cores"])),
+                "idle_generator": med(lambda r: r["idle"]["generator_cores"]),
+                "busy_polls": med(lambda r: r["busy_figures"]["polls/s per node"]),
+                "busy_us": med(lambda r: r["busy_figures"]["server CPU µs per poll"]),
+                "busy_cores": med(lambda r: max(r["busy"]["server_cores"])),
+                "busy_generator": med(lambda r: r["busy"]["generator_cores"]),
+                "p50": med(lambda r: r["latency_ms"]["p50"]),
+                "p99": med(lambda r: r["latency_ms"]["p99"]),
+                "p99_range": (
+                    min(r["latency_ms"]["p99"] for r in rs),
+                    max(r["latency_ms"]["p99"] for r in rs),
+                ),
+                "jain": med(lambda r: r["fairness"]["jain"]),
+                "jain_random": med(lambda r: r["fairness"]["jain_if_random"]),
+                "min_share": med(lambda r: r["fairness"]["min_share"]),
+                "max_share": med(lambda r: r["fairness"]["max_share"]),
+                "claimed": sum(r["claimed"] for r in rs),
+                "duplicates": sum(r["duplicates"] for r in rs),
+                "lost": sum(r["lost"] for r in rs),
+                "acks_refused": sum(r["acks_refused"] for r in rs),
+                "generator_bound": sum(r["bottleneck"].startswith("generator") for r in rs),
+                "redis_bound": sum(r["bottleneck"] == "Redis" for r in rs),
+            }
+        )
+    return sorted(out, key=lambda r: (r["kind"] != "one server", r["nodes"]))
+
+
+def tables(records: Sequence[dict[str, Any]]) -> str:
+    """The medians as the two Markdown tables of docs/capacity.md."""
+    lines = [
+        "| server | nodes | round trips per poll | commands per poll | Redis CPU µs per poll "
+        "| busiest server, % of a core | generator, cores |",
+        "|" + "---|" * 7,
+    ]
+    for r in records:
+        lines.append(
+            f"| {r['kind']} | {r['nodes']} | {r['idle_trips']:.2f} | {r['idle_commands']:.1f} "
+            f"| {r['idle_us']:.0f} | {r['idle_cores']:.1%} | {r['idle_generator']:.2f} |"
+        )
+    lines += [
+        "",
+        "| server | nodes | polls/s per node | Redis CPU µs per poll | busiest server, % of a core "
+        "| claim p50 / p99 ms (the rounds' p99, lowest to highest) | Jain (a random draw's) "
+        "| least / most claims, of the mean | retries claimed | duplicates | lost "
+        "| generator, cores | rounds the generator limited |",
+        "|" + "---|" * 13,
+    ]
+    for r in records:
+        low, high = r["p99_range"]
+        lines.append(
+            f"| {r['kind']} | {r['nodes']} | {r['busy_polls']:.1f} | {r['busy_us']:.0f} "
+            f"| {r['busy_cores']:.1%} | {r['p50']:.0f} / {r['p99']:.0f} ({low:.0f} to {high:.0f}) "
+            f"| {r['jain']:.2f} ({r['jain_random']:.2f}) "
+            f"| {r['min_share']:.2f} / {r['max_share']:.2f} | {r['claimed']:,} "
+            f"| {r['duplicates']} | {r['lost']} | {r['busy_generator']:.2f} "
+            f"| {r['generator_bound']} of {r['rounds']} |"
+        )
+    return "\n".join(lines)
+
+
 def chart(results: Sequence[dict[str, Any]]) -> str:
     kinds = list(dict.fromkeys(r["kind"] for r in results))
     x_max = max(100.0, -(-max(r["nodes"] for r in results) // 100) * 100)
-    cpu_max = max(max(r["idle"]["server_cores"] + r["busy"]["server_cores"]) for r in results)
+    cpu_max = max(max(r["idle_cores"], r["busy_cores"]) for r in results)
     cpu = Panel(LEFT, x_max, _nice_top(cpu_max * 1.1))
     target = results[0]["poll_interval"] * 1000 + 100
-    p99_max = max(max(r["latency_ms"]["p99"] for r in results), target)
+    p99_max = max(max(r["p99"] for r in results), target)
     latency = Panel(LEFT + PANEL_W + GAP, x_max, _nice_top(p99_max * 1.1))
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
@@ -121,17 +206,17 @@ def chart(results: Sequence[dict[str, Any]]) -> str:
     )
     for kind in kinds:
         rows = sorted((r for r in results if r["kind"] == kind), key=lambda r: r["nodes"])
-        held = [r["bottleneck"].startswith("generator") for r in rows]
+        held = [r["generator_bound"] > 0 for r in rows]
         for phase in ("idle", "busy"):
             colour, dash = STYLES.get((kind, phase), ("#555", ""))
             points = [
-                (r["nodes"], max(r[phase]["server_cores"]), h and phase == "busy")
+                (r["nodes"], r[f"{phase}_cores"], h and phase == "busy")
                 for r, h in zip(rows, held, strict=True)
             ]
             out += cpu.series(points, colour, dash)
         colour, _ = STYLES.get((kind, "busy"), ("#555", ""))
         out += latency.series(
-            [(r["nodes"], r["latency_ms"]["p99"], h) for r, h in zip(rows, held, strict=True)],
+            [(r["nodes"], r["p99"], h) for r, h in zip(rows, held, strict=True)],
             colour,
             "",
         )
@@ -149,19 +234,20 @@ def chart(results: Sequence[dict[str, Any]]) -> str:
         out.append(f'<text x="{x + 26}" y="{legend_y + 4}">{label}</text>')
         x += 30 + 6 * len(label)
     out.append(
-        f'<text x="{LEFT}" y="{HEIGHT - 2}" fill="#555">hollow: held back by the load '
-        "generator (2 shared cores), not by Redis</text>"
+        f'<text x="{LEFT}" y="{HEIGHT - 2}" fill="#555">medians of the rounds; hollow: the '
+        "load generator (2 shared cores), not Redis, held a round back</text>"
     )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    results = json.loads(Path(argv[0]).read_text())
-    Path(argv[1]).write_text(chart(results))
+    records = merged([json.loads(Path(path).read_text()) for path in argv[1:]])
+    Path(argv[0]).write_text(chart(records))
+    print(tables(records))
     return 0
 
 
