@@ -226,13 +226,20 @@ def _strategy(name: str, knots: list[tuple[float, float]], try_cost: float) -> A
     return ExponentialBackoff()
 
 
-def simulate(name: str, strategy_name: str, seed: int, try_cost: float) -> dict[str, float]:
-    """One distribution of the family, one strategy, one seed."""
+def simulate(
+    name: str,
+    strategy_name: str,
+    seed: int,
+    try_cost: float,
+    records: dict[tuple[str, str], Record] | None = None,
+) -> dict[str, float]:
+    """One distribution of the family, one strategy, one seed; what it learned goes
+    into *records* when given (benchmarks/backoff_picture.py draws it)."""
     before, after = FAMILY[name]
     truths = [true_knots(d, f"{name}-{i}", at_start=False) for i, d in enumerate((before, after))]
     strategy = _strategy(strategy_name, truths[0], try_cost)
     table = _table(strategy)
-    records: dict[tuple[str, str], Record] = {}
+    records = {} if records is None else records
     rng = random.Random(f"{seed}-{name}")
     decide = random.Random(f"{seed}-{name}-{strategy_name}")
     tally = Tally()
