@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import scrapy
 from cryptography.fernet import Fernet
+from scrapy.statscollectors import MemoryStatsCollector
 from twisted.internet.defer import Deferred
 
 from scrapy_retryqueue.exceptions import EncryptionKeyError
 from scrapy_retryqueue.queue.envelope import Task, request_to_json
 from scrapy_retryqueue.secure.encryption import RequestCipher
+from scrapy_retryqueue.signals import retryqueue_recovered
 
 from .runtimes import unopened_runtime
 
@@ -44,6 +46,8 @@ def test_a_claimed_task_comes_back_as_its_request_marked_with_its_lease(tmp_path
     assert request.callback == spider.parse_page
     assert request.meta["retryqueue_task"]["id"] == "t1"
     assert request.meta["retryqueue_task"]["token"] == "tok-1"
+    # What the ack writes for learning: the host of the request's own URL.
+    assert request.meta["retryqueue_task"]["host"] == "example.com"
     assert request.meta["retry_times"] == 2
     assert runtime.crawler.stats.get_value("retryqueue/reinjected") == 1
 
@@ -89,6 +93,39 @@ def test_count_adds_to_the_crawl_stats(tmp_path: Path) -> None:
     runtime.count("retryqueue/x")
     runtime.count("retryqueue/x", 4)
     assert runtime.crawler.stats.get_value("retryqueue/x") == 5
+
+
+class CountingStats(MemoryStatsCollector):
+    """A project's collector with an inc_value of its own (a statsd client's, say)."""
+
+    def __init__(self, crawler):
+        super().__init__(crawler)
+        self.calls: list[tuple[str, int]] = []
+
+    def inc_value(self, key, count=1, start=0, spider=None):
+        self.calls.append((key, count))
+        super().inc_value(key, count, start)
+
+
+def test_count_goes_through_a_collectors_own_inc_value(tmp_path: Path) -> None:
+    runtime = unopened_runtime(FacadeSpider, tmp_path, STATS_CLASS=CountingStats)
+    runtime.count("retryqueue/x", 2)
+    stats = runtime.crawler.stats
+    assert isinstance(stats, CountingStats)
+    assert stats.calls == [("retryqueue/x", 2)]
+    assert stats.get_value("retryqueue/x") == 2
+
+
+def test_a_signal_handler_connected_late_is_sent_the_signal(tmp_path: Path) -> None:
+    """The reporter sends no signal nobody hears, and asks anew each time."""
+    runtime = unopened_runtime(FacadeSpider, tmp_path)
+    heard: list[str] = []
+    runtime.reporter.send(retryqueue_recovered, task_id="t0")
+    runtime.crawler.signals.connect(
+        lambda task_id, **_: heard.append(task_id), signal=retryqueue_recovered, weak=False
+    )
+    runtime.reporter.send(retryqueue_recovered, task_id="t1")
+    assert heard == ["t1"]
 
 
 class Product(scrapy.Item):

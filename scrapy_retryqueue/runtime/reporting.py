@@ -10,6 +10,7 @@ callback error, in Scrapy's words).
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from collections.abc import Iterable
@@ -86,7 +87,7 @@ class Reporter(PollReports, CallbackReports):
         #: Bound once: Scrapy's StatsCollector looks up each method it is asked for
         #: through a __getattribute__ of its own (half of a stat's cost), and a
         #: retry cycle counts eight stats.
-        self._inc_value = crawler.stats.inc_value
+        self._inc_value = _inc_value(crawler.stats)
         self.config = config
         self.spider: Any = None
         self.audit: AuditLog | None = None
@@ -417,6 +418,23 @@ class Reporter(PollReports, CallbackReports):
     def _audit(self, event: str, **fields: Any) -> None:
         if self.audit is not None:
             self.audit.write(event, **fields)
+
+
+def _inc_value(stats: Any) -> Any:
+    """*stats*' inc_value, past the wrapper Scrapy 2.19 puts around it to warn of a
+    ``spider`` argument (scrapy.utils.decorators: two calls more per stat), which this
+    package never passes. Any other wrapper, or a collector's own method, is kept."""
+    inc = stats.inc_value
+    code = getattr(inc, "__code__", None)
+    inner = getattr(inc, "__wrapped__", None)
+    if (
+        inner is not None
+        and code is not None
+        and code.co_name == "sync_inner"
+        and code.co_filename.endswith(os.path.join("scrapy", "utils", "decorators.py"))
+    ):
+        return inner
+    return inc
 
 
 #: Status -> Scrapy's reason text for it, made once per status a crawl meets.
