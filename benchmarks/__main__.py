@@ -32,6 +32,7 @@ import scrapy
 from . import (
     adaptive,
     common,
+    cycle,
     deadletters,
     defaults,
     faults,
@@ -145,6 +146,7 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
             )
         },
     ),
+    "cycle": (cycle, 5, {}),
     "faults": (
         faults,
         3,
