@@ -9,7 +9,8 @@ connection and :class:`~scrapy_retryqueue.queue.delayed.RedisDelayedQueue`, the
 runtime's own :class:`~scrapy_retryqueue.runtime.leases.Leases` building each
 poll's round trips (renew, reap, claim, heartbeat), and the extension's own
 choice of when to poll next (``RetryQueueExtension._next_delay``: the poll
-interval, or the next task's due time when sooner, at most every 50 ms). A
+interval, jittered, or the next task's due time when sooner and the node is the
+one of its spider's live nodes to poll for it, at most every 50 ms). A
 claimed task is "fetched" for ``work`` seconds, then acknowledged through
 ``apply`` as the write path does. Nodes are threads, spread over a few worker
 processes; a producer in each process parks failures (schedule.lua) at an even
@@ -41,6 +42,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
+from scrapy_retryqueue.decision.pollshare import live_nodes, polls_early
 from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
 from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.queue.keys import all_keys, keys_for
@@ -147,8 +149,12 @@ class SimNode:
         # (config, the last counts, the runtime's room), so this loop polls as a crawl does.
         self._next_delay = RetryQueueExtension._next_delay
         self._state = SimpleNamespace(
-            config=config, _counts=None, runtime=SimpleNamespace(down=False, room=0)
+            config=config,
+            _counts=None,
+            runtime=SimpleNamespace(down=False, room=0, polls_early=self._polls_early),
         )
+        #: What the last poll read of the fleet (the facade's ``fleet``).
+        self.fleet: dict[str, tuple[int, int, int]] = {}
         self.registered = 0
         self.last_busy = 0
         #: (done at, task id, token, url), in claim order: the requests being fetched.
@@ -176,8 +182,14 @@ class SimNode:
             self.working.append((got / 1000 + self.plan.work, task_id, token, _url_of(raw)))
         state = self._state
         state._counts = result.claimed
+        self.fleet = result.nodes
         state.runtime.room = self.leases.room
         return float(self._next_delay(state))
+
+    def _polls_early(self, due_ms: int) -> bool:
+        # RetryQueueRuntime.polls_early, on this node's view of the fleet.
+        live = live_nodes(self.fleet, int(time.time() * 1000), self.plan.poll_interval)
+        return polls_early(self.name, live, due_ms)
 
     def ack_done(self, now: float) -> None:
         done = [w for w in self.working if w[0] <= now]

@@ -22,6 +22,7 @@ from twisted.internet import defer
 
 from ..decision import kinds
 from ..decision.classify import failure_for_kind
+from ..decision.pollshare import jittered
 from ..exceptions import EncryptionKeyError
 from ..runtime import PollResult, RetryQueueRuntime, ShutdownTrigger, runtime_for
 from ..settings.defaults import (
@@ -169,18 +170,23 @@ class RetryQueueExtension:
         self._arm(self._next_delay())
 
     def _next_delay(self) -> float:
-        """Seconds until the next poll: the poll interval, or sooner when the
-        next task falls due before it (so a retry waits for its due time, not
-        for the next round), never more often than every MIN_POLL_INTERVAL seconds."""
+        """Seconds until the next poll: the poll interval, jittered; or the next task's
+        due time when that is sooner and this node is the one of the fleet to poll for
+        it (decision/pollshare; a lone node always is), so a retry waits for its due
+        time, not for the next round; never more often than every MIN_POLL_INTERVAL s."""
         poll = self.config.poll_interval
+        floor = min(MIN_POLL_INTERVAL, poll)
+        regular = max(floor, jittered(poll))
         counts = self._counts
         if counts is None or counts.next_due is None or self.runtime.down:
-            return poll
+            return regular
         until = counts.next_due / 1000 - time.time()
         if until > 0:
-            return min(poll, max(min(MIN_POLL_INTERVAL, poll), until))
+            if until < regular and self.runtime.polls_early(counts.next_due):
+                return max(floor, until)
+            return regular
         # Due already: the last claim was capped by its batch, or by room.
-        return min(MIN_POLL_INTERVAL, poll) if self.runtime.room else poll
+        return floor if self.runtime.room else regular
 
     def _arm(self, delay: float) -> None:
         from twisted.internet import reactor

@@ -20,6 +20,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from ..decision.kinds import FORGED as FORGED_KIND
 from ..decision.kinds import MALFORMED as MALFORMED_KIND
 from ..decision.kinds import POISON as POISON_KIND
+from ..decision.pollshare import alive_after, live_nodes, polls_early
 from ..exceptions import EncryptionKeyError, SignatureError
 from ..queue.connection import is_outage
 from ..queue.delayed import Write
@@ -92,7 +93,7 @@ class PollFacade:
         still push requests to a shared frontier or fail pages into the queue."""
         now = now_ms()
         poll_ms = int(self.config.poll_interval * 1000)
-        alive_after = now - max(3 * poll_ms, FLEET_HEARTBEAT_MIN_MS)
+        alive = alive_after(now, self.config.poll_interval)
         busy_after = now - max(2 * poll_ms, FLEET_BUSY_MIN_MS)
         # A node that registered a moment ago may not have pushed its start
         # requests yet: it counts as working for a few polls.
@@ -101,9 +102,16 @@ class PollFacade:
             node
             for node, (beat, busy, registered) in self.fleet.items()
             if node != self.config.node_id
-            and beat >= alive_after
+            and beat >= alive
             and (busy >= busy_after or registered >= new_after)
         )
+
+    def polls_early(self, due_ms: int) -> bool:
+        """Whether this node is the one of its fleet to poll at *due_ms*, a task's due
+        time, rather than at its regular poll (decision/pollshare: one live node per due
+        time, by what the last poll read of the fleet). True alone or before a poll."""
+        live = live_nodes(self.fleet, now_ms(), self.config.poll_interval)
+        return polls_early(self.config.node_id, live, due_ms)
 
     def poll(self, *, last_busy: int = 0) -> defer.Deferred[Any] | None:
         """One round trip: renew, reap, claim, read cooldowns; or replay the spool first.
