@@ -334,3 +334,40 @@ def test_a_strategy_built_in_code_with_the_retired_arguments_says_so(caplog: Any
     assert strategy.try_cost == LearnedBackoff().try_cost
     with pytest.raises(TypeError):
         LearnedBackoff(skip_beloww=0.04)
+
+
+def test_a_crawl_setting_a_retired_setting_says_so_once_at_start(
+    tmp_path: Any, caplog: Any
+) -> None:
+    from scrapy import Spider
+    from scrapy.utils.misc import build_from_crawler
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_retryqueue import Addon
+    from scrapy_retryqueue.crawl.middleware import RetryQueueMiddleware
+
+    class Retired(Spider):
+        name = "retired"
+
+    crawler = get_crawler(
+        Retired,
+        {
+            "ADDONS": {Addon: 0},
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
+            "RETRYQUEUE_START_WITHOUT_REDIS": True,
+            "RETRYQUEUE_BACKOFF": "scrapy_retryqueue.LearnedBackoff",
+            "RETRYQUEUE_LEARNED_SKIP_BELOW": 0.1,
+        },
+    )
+    with caplog.at_level(logging.WARNING):
+        build_from_crawler(RetryQueueMiddleware, crawler)
+        build_from_crawler(RetryQueueMiddleware, crawler)
+    said = [r for r in caplog.records if "SKIP_BELOW" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING]
+    assert (
+        said[0]
+        .getMessage()
+        .startswith("scrapy-retryqueue: RETRYQUEUE_LEARNED_SKIP_BELOW is ignored: ")
+    )
+    assert "RETRYQUEUE_LEARNED_TRY_COST" in said[0].getMessage()

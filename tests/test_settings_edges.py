@@ -326,11 +326,16 @@ def test_shown_bounds_any_value() -> None:
 def test_a_command_warns_of_a_misspelt_setting(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "scrapy.cmdline", "retryqueue", "server", "status",
-         "-s", f"RETRYQUEUE_EMBEDDED_DIR={tmp_path}", "-s", "RETRYQUEUE_DASHBOARD_TOKN=x"],
+         "-s", f"RETRYQUEUE_EMBEDDED_DIR={tmp_path}", "-s", "RETRYQUEUE_DASHBOARD_TOKN=x",
+         "-s", "RETRYQUEUE_LEARNED_EARLY_AT=0.9"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
     assert done.stderr.splitlines() == [
         "warning: 'RETRYQUEUE_DASHBOARD_TOKN' is not a scrapy-retryqueue setting; did you "
-        "mean RETRYQUEUE_DASHBOARD_TOKEN?"
+        "mean RETRYQUEUE_DASHBOARD_TOKEN?",
+        # A retired setting: not called misspelt, said to be ignored and what replaced it.
+        "warning: RETRYQUEUE_LEARNED_EARLY_AT is ignored: " + defaults.RETIRED_SETTINGS[
+            "RETRYQUEUE_LEARNED_EARLY_AT"
+        ],
     ]

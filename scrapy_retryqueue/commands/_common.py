@@ -236,11 +236,13 @@ class Command(ScrapyCommand):
 
     def warn_unknown_settings(self) -> None:
         """One ``warning:`` line on stderr per RETRYQUEUE_* name that is no setting
-        (``-s RETRYQUEUE_DASHBOARD_TOKN=...`` would otherwise be ignored unsaid)."""
-        from ..config import unknown_settings
+        (``-s RETRYQUEUE_DASHBOARD_TOKN=...`` would otherwise be ignored unsaid), and one
+        for the retired settings it sets, saying what replaced them."""
+        from ..config import retired_settings, unknown_settings
 
         if self.settings is not None:
-            for notice in unknown_settings(list(self.settings)):
+            names = list(self.settings)
+            for notice in (*unknown_settings(names), *retired_settings(names)):
                 print(f"warning: {notice}", file=sys.stderr)
 
     def show_help(self, args: list[str], out: IO[str] | None = None) -> None:

@@ -47,6 +47,7 @@ from .thresholds import (
     MonitorThresholds,
     learned_backoff_settings,
     monitor_thresholds,
+    retired_settings,
     retry_budget_settings,
 )
 
@@ -72,6 +73,7 @@ __all__ = [
     "redact_url",
     "redis_url_from_settings",
     "redis_url_setting_name",
+    "retired_settings",
     "retry_budget_settings",
     "scrapy_redis_client_settings",
     "scrapy_redis_params",
