@@ -100,9 +100,10 @@ def growth_figures(
         figures[f"{prefix}{label} start-up + s"] = large.startup_cpu - stock[1].startup_cpu
         figures[f"{prefix}{label} fixed + s"] = fixed_cpu(small, large) - fixed_cpu(*stock)
         figures[f"{prefix}{label} GC + ms/page"] = gc_ms_per_page(large) - gc_ms_per_page(stock[1])
-    if large.writer_cpu:
-        # A store writer forked by the crawl: "CPU" above is crawl + writer; the
-        # crawl's own and the writer's, side by side (stock forks nothing).
+    if large.stats.get("bench/children_pss"):
+        # A store writer forked by the crawl (alive as the spider closed): "CPU" above
+        # is crawl + writer; the crawl's own and the writer's, side by side. (A crawl
+        # that forks none may still have reaped a short-lived child of Scrapy's.)
         figures.update(
             {
                 f"{prefix}{label} crawl CPU ms/page": large.crawl_cpu_ms_per_page,
