@@ -43,8 +43,8 @@ recoverable), and retries per second a host got while down; and the lag over
 the tasks (pages) every strategy recovered, since each plain lag is over what
 that strategy recovered. ``python -m benchmarks.adaptive`` runs one round of the
 crawl alone and prints its figures per host.
-Family ("family ..." figures, benchmarks/outage_family.py, deterministic: once): seven
-outage distributions and issue 35's site, each with the default exponential backoff,
+Family ("family ..." figures, benchmarks/outage_family.py, deterministic: once): eight
+outage distributions (the last one's outages often outlast the policy) and issue 35's site, each with the default exponential backoff,
 LearnedBackoff, the distribution oracle (the same plan over the true curve) and the
 perfect oracle (one try at the outage's end: 0 failed, 0 lag, not listed), medians of 3
 seeds; regret is LearnedBackoff's cost (RETRYQUEUE_LEARNED_TRY_COST x failed tries per

@@ -79,6 +79,8 @@ FAMILY: dict[str, tuple[Draw, Draw]] = {
     "bimodal 2 s / 40 s": (_bimodal, _bimodal),
     "heavy tail": (_pareto, _pareto),
     "changing 3 s to 30 s": (_lognormal(3.0, 0.5), _lognormal(30.0, 0.5)),
+    # Long enough that some outages outlast the policy's reach (423 s): dead letters.
+    "lognormal 250 s": (_lognormal(250.0, 0.5), _lognormal(250.0, 0.5)),
 }
 
 
