@@ -235,3 +235,95 @@ def test_a_fleet_node_with_the_default_store_leaves_its_writes_to_the_writer_ser
     finally:
         store.close()
     assert {url: kind for url, (status, kind) in rows.items() if status == "dead"} == dead
+
+
+def _ring(*keys: str) -> Any:
+    from scrapy_retryqueue.secure.signing import parse_keys, ring_for
+
+    return ring_for(parse_keys(list(keys)))
+
+
+def test_with_signing_keys_only_an_announcement_signed_with_them_counts(
+    redis_client: Any, spider_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from scrapy_retryqueue.secure.signing import generate_key
+    from scrapy_retryqueue.store.announce import signed_value
+
+    ours, theirs = generate_key(), generate_key()
+    ring = _ring(ours)
+    key, other = writer_key(spider_name), writer_key(f"{spider_name}x")
+    signed = WriterAnnouncement(redis_client, consumer="w1", spiders=[spider_name], signing=ring)
+    signed.start()
+    try:
+        assert announced_writer(redis_client, spider_name, signing=ring) == ("w1", key)
+        # A node with the key of the next rotation too still reads it.
+        assert announced_writer(redis_client, spider_name, signing=_ring(theirs, ours)) == (
+            "w1",
+            key,
+        )
+        # A node without keys reads the name.
+        assert announced_writer(redis_client, spider_name) == ("w1", key)
+        copied = redis_client.get(key)
+    finally:
+        signed.stop()
+    assert redis_client.exists(key) == 0
+    now_ms = int(time.time() * 1000)
+    refused = {
+        "evil": "it is not signed (RETRYQUEUE_SIGNING_KEYS is set)",
+        signed_value(key, "w2", now_ms + 30_000, _ring(theirs)): "does not list",
+        signed_value(key, "w3", now_ms - 61_000, ring): "its time has passed",
+    }
+    caplog.set_level(logging.WARNING)
+    try:
+        for value, why in refused.items():
+            redis_client.set(key, value, px=5000)
+            caplog.clear()
+            for _ in range(2):  # said once, however often it is read
+                assert announced_writer(redis_client, spider_name, signing=ring) is None
+            assert [r.levelno for r in caplog.records] == [logging.WARNING]
+            assert why in caplog.records[0].message
+            assert f"ignored the store writer announcement at {key}" in caplog.records[0].message
+        # A signed announcement copied to another spider's key serves no other spider.
+        redis_client.delete(key)
+        redis_client.set(other, copied, px=5000)
+        assert announced_writer(redis_client, f"{spider_name}x", signing=ring) is None
+    finally:
+        redis_client.delete(key, other)
+
+
+def test_a_crawl_with_signing_keys_writes_itself_beside_a_forged_announcement(
+    redis_client: Any,
+    redis_url: str,
+    spider_name: str,
+    make_task: Any,
+    tmp_path: Path,
+) -> None:
+    from scrapy_retryqueue.secure.signing import generate_key
+
+    crawler = get_crawler(
+        FleetSpider,
+        {
+            "RETRYQUEUE_REDIS_URL": redis_url,
+            "RETRYQUEUE_DATABASE_URL": f"sqlite:///{tmp_path / 'store.sqlite3'}",
+            "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+            "RETRYQUEUE_STORE_INTERVAL": 0.05,
+            "RETRYQUEUE_STORE_PROCESS": False,
+            "RETRYQUEUE_SIGNING_KEYS": [generate_key()],
+        },
+    )
+    ext = RetryQueueStoreExtension.from_crawler(crawler)
+    redis_client.set(writer_key(spider_name), "someone", px=60_000)
+    queue = RedisDelayedQueue(redis_client, spider_name, node_id="n1")
+    try:
+        ext.spider_opened(FleetSpider(name=spider_name))
+        queue.schedule(make_task("t0", due=10**13), now=1)
+        wait_for(
+            lambda: _consumers(redis_client, spider_name) == [ext.config.node_id],
+            "the crawl to write its store itself",
+        )
+        assert ext.served_by is None
+    finally:
+        redis_client.delete(writer_key(spider_name))
+        ext._stop_thread()
+        ext._flush(time.monotonic() + 10, final=False)
+        ext._flush(time.monotonic() + 10, final=True)

@@ -121,7 +121,11 @@ def run_writer(
     )
     # Crawls of these spiders that see it start no writer of their own.
     announcement = WriterAnnouncement(
-        client, consumer=consumer, spiders=spiders, project=config.namespace
+        client,
+        consumer=consumer,
+        spiders=spiders,
+        project=config.namespace,
+        signing=config.signing,
     )
     lines = _store_lines_on(sys.stderr) if log_to_stderr else contextlib.nullcontext()
     try:
