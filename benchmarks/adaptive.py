@@ -74,13 +74,13 @@ from scrapy_retryqueue.decision.classify import FailureInfo
 from scrapy_retryqueue.decision.kinds import POLICIES
 from scrapy_retryqueue.decision.learned import LearnedBackoff
 from scrapy_retryqueue.decision.policy import Policy, PolicyTable
-from scrapy_retryqueue.decision.recovery import Record, RecoveryStats, empty_record, observation
+from scrapy_retryqueue.decision.recovery import Record, RecoveryStats
 from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, RetryBudget, Write
 from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.queue.keys import all_keys, keys_for
-from scrapy_retryqueue.settings.defaults import LEARNED_HALF_LIFE
 
 from .common import ROOT, flaky_site, run_threads
+from .outage_family import learn as _learn
 from .outage_family import measure_family
 
 KIND = "server_error"
@@ -186,27 +186,6 @@ def simulate(strategy_name: str) -> Outcome:
         "dead": float(dead),
         "retries/s down": sent_down / down_time,
     }, by_task
-
-
-def _learn(
-    records: dict[tuple[str, str], Record],
-    domain: str,
-    prior: int | None,
-    wait_ms: int,
-    recovered: bool,
-    now_s: float,
-) -> None:
-    key = (KIND, domain)
-    record = records.get(key) or empty_record(int(now_s * 1000))
-    first, last = observation(prior, wait_ms, recovered)
-    records[key] = record.add(
-        first,
-        last,
-        recovered,
-        now=int(now_s * 1000),
-        half_life=LEARNED_HALF_LIFE,
-        gap=(prior, wait_ms) if recovered else None,
-    )
 
 
 # -- the retry budget: one busy domain's outages through the real claim script ---------

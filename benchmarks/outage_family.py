@@ -182,7 +182,7 @@ def _run_task(
         if not decision.retry:
             if tally:
                 tally.dead += 1
-            _learn(records, domain, prior, int((t - first) * 1000), False, t)
+            learn(records, domain, prior, int((t - first) * 1000), False, t)
             return
         attempts += 1
         t += decision.delay
@@ -191,15 +191,15 @@ def _run_task(
             if tally:
                 tally.recovered += 1
                 tally.lags.append(t - end)
-            _learn(records, domain, prior, wait_ms, True, t)
+            learn(records, domain, prior, wait_ms, True, t)
             return
         if tally:
             tally.failed += 1
-        _learn(records, domain, prior, wait_ms, False, t)
+        learn(records, domain, prior, wait_ms, False, t)
         prior = wait_ms
 
 
-def _learn(
+def learn(
     records: dict[tuple[str, str], Record],
     domain: str,
     prior: int | None,
@@ -207,6 +207,8 @@ def _learn(
     recovered: bool,
     now_s: float,
 ) -> None:
+    """One try's observation into *domain*'s record, as ack.lua and the writes do
+    (the adaptive simulation shares it)."""
     key = (KIND, domain)
     record = records.get(key) or empty_record(int(now_s * 1000))
     first, last = observation(prior, wait_ms, recovered)
