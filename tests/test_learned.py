@@ -208,6 +208,7 @@ def test_the_bounds_hold_whatever_was_learned(seed: int) -> None:
             assert delay >= ExponentialBackoff().delay(c)
         else:
             assert delay >= POLICY.base_delay
+            assert "cheapest plan" in reason
         if retry_after is not None:
             assert delay >= retry_after
         assert delay <= max(POLICY.max_delay, retry_after or 0)

@@ -166,26 +166,8 @@ def test_a_costlier_try_is_made_later() -> None:
 # -- the bounds -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_never_before_the_floor_nor_past_max_delay(seed: int) -> None:
-    rng = random.Random(seed)
-    strategy = learned([rng.lognormvariate(rng.uniform(-1, 5), 1.0) for _ in range(60)])
-    for _ in range(30):
-        retry_after = rng.choice([None, rng.uniform(0, 100)])
-        drawn = rng.random()
-        c = ctx(
-            attempt=rng.randrange(11),
-            since_first=rng.choice([0.0, rng.uniform(0, 400)]),
-            retry_after=retry_after,
-            rand=lambda value=drawn: value,
-        )
-        delay, reason = strategy.delay_and_reason(c)
-        if "policy backoff" in reason:
-            assert delay >= ExponentialBackoff().delay(c)
-        else:
-            assert delay >= max(POLICY.base_delay, retry_after or 0.0)
-            assert "cheapest plan" in reason
-        assert delay <= max(POLICY.max_delay, retry_after or 0.0)
+# The floor and the cap whatever was learned: tests/test_learned.py (the bounds hold
+# whatever was learned), censored outages included.
 
 
 def test_a_long_retry_after_is_waited_whatever_the_curve() -> None:
