@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: Announcements refused and said so, by key and value: one line each, not one a poll.
 _said: set[tuple[str, str]] = set()
+#: At most this many kept: a writer putting a new value at every poll gets a line
+#: each time, not a set that grows with it.
+_SAID_MAX = 256
 
 
 def _message(key: str, consumer: str, until_ms: int) -> bytes:
@@ -80,6 +83,8 @@ def announced_writer(
         if why is None:
             return text.rsplit("\n", 2)[0], key
         if (key, text) not in _said:
+            if len(_said) >= _SAID_MAX:
+                _said.clear()
             _said.add((key, text))
             logger.warning(
                 "scrapy-retryqueue: ignored the store writer announcement at %s: %s; "
