@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 SCRIPT_LOCATION = "scrapy_retryqueue.store:migrations"
 #: pg_advisory_lock key serializing schema creation between nodes ("rqstore").
 _PG_LOCK_KEY = 0x7271_7374_6F72_65
+#: Seconds a new SQLite file may take to be put in WAL mode by a connection beside.
+_WAL_WAIT = 10.0
 
 
 class StoreError(RetryQueueError):
@@ -182,16 +186,33 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            # WAL is the file's, once set: asked first, not set again, since the change
-            # wants the file to itself and fails at once ("database is locked") while
-            # another process (the writer, a reader of the store) is connecting.
-            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cur.execute("PRAGMA journal_mode=WAL")
+            _use_wal(cur)
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
     return engine
+
+
+def _use_wal(cur: Any) -> None:
+    """Put the file in WAL mode unless it is already.
+
+    WAL is the file's, once set, so it is asked first. The change wants the file to
+    itself and fails at once, without waiting on the busy timeout, while another
+    connection (the writer, a reader of the store) opens a new file at the same
+    moment; that connection is setting WAL too, so a short wait and a second look
+    find it done.
+    """
+    deadline = time.monotonic() + _WAL_WAIT
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 class Store:
