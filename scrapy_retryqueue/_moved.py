@@ -61,7 +61,6 @@ MOVED = {
 # (queue/__init__.py, view/__init__.py), so they are no aliases here.
 
 
-
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target

@@ -281,7 +281,10 @@ def test_command_server_start_status_stop(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((), "the following arguments are required: {server,status,dashboard,writer,settings,keygen}"),
+        (
+            (),
+            "the following arguments are required: {server,status,dashboard,writer,settings,keygen}",
+        ),
         (("server",), "the following arguments are required: server_action"),
         (
             ("server", "restart"),

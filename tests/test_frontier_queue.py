@@ -193,7 +193,9 @@ def test_the_frontier_passes_keys_in_the_order_each_header_documents(
         "nodes": "nodes",
     }
     for name in FRONTIER_SCRIPT_NAMES:
-        source = resources.files("scrapy_retryqueue.queue").joinpath("lua", f"{name}.lua").read_text()
+        source = (
+            resources.files("scrapy_retryqueue.queue").joinpath("lua", f"{name}.lua").read_text()
+        )
         names = dict(re.findall(r"^-- KEYS\[(\d+)\] (\w+)", source, re.M))
         fields = [names[i] for i in sorted(names, key=int)]
         if name == "renew":

@@ -382,9 +382,13 @@ def test_the_queue_class_warns_of_a_dupefilter_that_can_lose_requests(
     caplog.clear()
     with caplog.at_level("WARNING"):
         q = _queue_for(
-            tmp_path, redis_url, DUPEFILTER_CLASS="scrapy_retryqueue.crawl.frontier.FrontierDupeFilter"
+            tmp_path,
+            redis_url,
+            DUPEFILTER_CLASS="scrapy_retryqueue.crawl.frontier.FrontierDupeFilter",
         )
-        _queue_for(tmp_path, redis_url, SCHEDULER="scrapy_retryqueue.crawl.frontier.LeasedScheduler")
+        _queue_for(
+            tmp_path, redis_url, SCHEDULER="scrapy_retryqueue.crawl.frontier.LeasedScheduler"
+        )
     assert not [r for r in caplog.records if "DUPEFILTER_CLASS" in r.getMessage()]
     # Before the spider opens, the queue holds nothing and never blocks.
     assert len(q) == 0 and q.pop() is None

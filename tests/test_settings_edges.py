@@ -335,7 +335,6 @@ def test_a_command_warns_of_a_misspelt_setting(tmp_path: Path) -> None:
         "warning: 'RETRYQUEUE_DASHBOARD_TOKN' is not a scrapy-retryqueue setting; did you "
         "mean RETRYQUEUE_DASHBOARD_TOKEN?",
         # A retired setting: not called misspelt, said to be ignored and what replaced it.
-        "warning: RETRYQUEUE_LEARNED_EARLY_AT is ignored: " + defaults.RETIRED_SETTINGS[
-            "RETRYQUEUE_LEARNED_EARLY_AT"
-        ],
+        "warning: RETRYQUEUE_LEARNED_EARLY_AT is ignored: "
+        + defaults.RETIRED_SETTINGS["RETRYQUEUE_LEARNED_EARLY_AT"],
     ]

@@ -40,7 +40,11 @@ COMPONENTS = (
         SPIDER_MIDDLEWARE_ORDER,
     ),
     ("EXTENSIONS", "scrapy_retryqueue.crawl.extension.RetryQueueExtension", EXTENSION_ORDER),
-    ("EXTENSIONS", "scrapy_retryqueue.crawl.storeext.RetryQueueStoreExtension", STORE_EXTENSION_ORDER),
+    (
+        "EXTENSIONS",
+        "scrapy_retryqueue.crawl.storeext.RetryQueueStoreExtension",
+        STORE_EXTENSION_ORDER,
+    ),
 )
 
 

@@ -267,7 +267,8 @@ class RetryQueueStoreExtension:
                     if client is None:
                         client = self._open_redis()
                     served = self._left_to_service(
-                        spider_name, announced_writer(client, spider_name, project, self.config.signing)
+                        spider_name,
+                        announced_writer(client, spider_name, project, self.config.signing),
                     )
                     if not served and has_work(client, spider_name, project=project):
                         return True
@@ -362,9 +363,7 @@ class RetryQueueStoreExtension:
             client = None
             try:
                 client = self._open_redis()
-                found = announced_writer(
-                    client, self.spider_name, project, self.config.signing
-                )
+                found = announced_writer(client, self.spider_name, project, self.config.signing)
                 served = self._left_to_service(self.spider_name, found)
                 work = not served and has_work(client, self.spider_name, project=project)
             except Exception:
