@@ -130,6 +130,19 @@ def test_a_write_keeps_its_creation_time_and_host_and_an_older_line_reads_withou
     )
 
 
+def test_a_spooled_write_keeps_its_learning_update() -> None:
+    # An ack spooled while Redis was away still teaches the recovery curve when
+    # replayed: the outage it ends is the kind of fact the curve is made of.
+    from scrapy_retryqueue.queue.spool import _from_line, _to_line
+
+    write = Write("ack", "a", 5, "t", kind="timeout", learn="timeout", prior=1200, version=3)
+    assert _from_line(_to_line(write)) == write
+    # A line of the version before: no learning update, as before.
+    before = '["ack","a",5,"t","",0,"timeout",0,"http://x.test/",null,"x.test",3,""]'
+    read = _from_line(before)
+    assert (read.learn, read.prior, read.version) == ("", None, 3)
+
+
 def test_two_projects_with_one_spider_name_keep_their_spools_apart(tmp_path: Path) -> None:
     queue = "redis://cache:6379/0"
     books = _spool(tmp_path, queue, project="books")

@@ -46,6 +46,8 @@ def _to_line(write: Write) -> str:
             write.host,
             write.version,
             write.dead_id,
+            write.learn,
+            write.prior,
         ],
         separators=(",", ":"),
     )
@@ -54,8 +56,9 @@ def _to_line(write: Write) -> str:
 def _from_line(line: str) -> Write:
     op, task_id, now, token, envelope, due, kind, attempt, url, *more = json.loads(line)
     # A line spooled by an older version has no creation time and host, nor the
-    # version its envelope is recorded with and a dead letter's own id.
-    created, host, version, dead_id = (more + [None, "", None, ""])[:4]
+    # version its envelope is recorded with, a dead letter's own id, or the
+    # learning update (the outage it teaches is then not learned from).
+    created, host, version, dead_id, learn, prior = (more + [None, "", None, "", "", None])[:6]
     return Write(
         op,
         task_id,
@@ -72,6 +75,8 @@ def _from_line(line: str) -> Write:
         host if isinstance(host, str) and host else host_of(url or ""),
         version=version if isinstance(version, int) else None,
         dead_id=dead_id if isinstance(dead_id, str) else "",
+        learn=learn if isinstance(learn, str) else "",
+        prior=prior if isinstance(prior, int) and not isinstance(prior, bool) else None,
     )
 
 
