@@ -408,6 +408,10 @@ class _Child:
         with self._lock:
             if self._service is None:
                 service = self._make_service(spider, self._inc)
+                # The writer's modules (SQLAlchemy's, imported for it here) live as
+                # long as this process too: a full collection walked them all
+                # (about 20 ms each), several times a crawl.
+                gc.freeze()
                 # What the crawl asked before the service existed holds for it.
                 if self._forced:
                     service.force()
