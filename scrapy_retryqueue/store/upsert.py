@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -216,15 +218,40 @@ def _sqlite_upsert_sql(conn: Connection) -> tuple[str, str, str, list[str], list
         positions = compiled.positiontup or []
         if positions[: len(columns)] != columns:  # pragma: no cover - as above
             raise RuntimeError("cannot prepare the store's upsert for sqlite3")
-        processors = [
-            write_table.c[name].type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-            for name in columns
-        ]
+        processors = [_sqlite_processor(write_table.c[name].type, conn.dialect) for name in columns]
         constants = [compiled.params[name] for name in positions[len(columns) :]]
         head = compiled.string[: match.start(2)]
         tail = compiled.string[match.end(2) :]
         _SQLITE_UPSERT = (head, match.group(2), tail, columns, processors, constants)
     return _SQLITE_UPSERT
+
+
+#: SQLAlchemy's storage format of a SQLite DATETIME (its default), and the same
+#: as a format of a tuple: one %-format, not a dict made for every value.
+_SQLITE_DATETIME = (
+    "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
+)
+_SQLITE_DATETIME_TUPLE = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
+
+
+def _sqlite_processor(column_type: Any, dialect: Any) -> Callable[[Any], Any] | None:
+    """The column's bind processor on SQLite; a datetime's text made as SQLAlchemy's
+    makes it (same format), about twice as fast: a batch's rows hold several each."""
+    impl = column_type.dialect_impl(dialect)
+    process = impl.bind_processor(dialect)
+    if process is None or getattr(impl, "_storage_format", None) != _SQLITE_DATETIME:
+        return process
+    fmt = _SQLITE_DATETIME_TUPLE
+
+    def datetime_text(value: Any) -> Any:
+        if type(value) is datetime:
+            return fmt % (
+                value.year, value.month, value.day,
+                value.hour, value.minute, value.second, value.microsecond,
+            )  # fmt: skip
+        return process(value)  # a subclass, a date, or what it refuses
+
+    return datetime_text
 
 
 #: Parameters one statement may carry (SQLite 3.32 on; before it, 999): the
@@ -238,18 +265,22 @@ def _upsert_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> list[tuple[A
     head, group, tail, columns, processors, constants = _sqlite_upsert_sql(conn)
     limit = _SQLITE_MAX_PARAMS if sqlite3.sqlite_version_info >= (3, 32) else 999
     per = max(1, (limit - len(constants)) // len(columns))
-    pairs = list(zip(columns, processors, strict=True))
+    # A row's values in one C call; only the few processed columns looked at again.
+    values_of = itemgetter(*columns)
+    processed = [(i, process) for i, process in enumerate(processors) if process is not None]
     out: list[tuple[Any, ...]] = []
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
-            params = [
-                value if value is None or process is None else process(value)
-                for row in chunk
-                for name, process in pairs
-                for value in (row[name],)
-            ]
+            params: list[Any] = []
+            for row in chunk:
+                values = list(values_of(row))
+                for i, process in processed:
+                    value = values[i]
+                    if value is not None:
+                        values[i] = process(value)
+                params += values
             params.extend(constants)
             cursor.execute(head + ", ".join([group] * len(chunk)) + tail, params)
             out.extend(cursor.fetchall())

@@ -14,6 +14,7 @@ them becomes one row per task, written with one upsert:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,7 +175,19 @@ def _str(value: Any, limit: int) -> str | None:
 
 def domain_of(url: str | None) -> str | None:
     """The host of *url* as the crawl's breaker names it (taskinfo.host_of)."""
-    return host_of(url)[:255] or None if url else None
+    if not url:
+        return None
+    # A task's URL comes again with its next events (scheduled, then succeeded or
+    # dead): parsed once. Long ones (rare) are not kept.
+    return _domain_cached(url) if len(url) <= _CACHED_URL_MAX else host_of(url)[:255] or None
+
+
+_CACHED_URL_MAX = 2048
+
+
+@functools.lru_cache(maxsize=4096)
+def _domain_cached(url: str) -> str | None:
+    return host_of(url)[:255] or None
 
 
 def _budget(value: Any) -> int | None:
@@ -228,20 +241,25 @@ def envelope_columns(doc: Mapping[str, Any], *, kind: str | None) -> dict[str, A
 
 def row_for_event(event: Event, envelope: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The column values one event sets; None for an event the store does not track."""
-    status = STATUS_OF.get(event.type)
-    if status is None or not event.task_id:
+    # The fields read once each: an Event's properties look them up at every use.
+    get = event.fields.get
+    etype = get(lifecycle.TYPE, "")
+    status = STATUS_OF.get(etype)
+    task_id = get(lifecycle.ID, "")
+    if status is None or not task_id:
         return None
-    ts = event.ts or event.position[0]
+    ms, seq = event.position
+    ts = event.ts or ms
     when = ms_to_datetime(ts)
     next_retry = None
-    if event.type == lifecycle.SCHEDULED:
-        next_retry = ms_to_datetime(event.due or ts)
+    if etype == lifecycle.SCHEDULED:
+        due = event.due or ts
+        next_retry = when if due == ts else ms_to_datetime(due)
     elif status == "waiting":
         next_retry = when  # reclaimed / released: due at once
-    ms, seq = event.position
     row: dict[str, Any] = {
         "spider": event.spider[:255],
-        "task_id": event.task_id[:TASK_ID_MAX],
+        "task_id": task_id[:TASK_ID_MAX],
         "created_at": when,
         "status": status,
         "next_retry_at": next_retry,
@@ -250,23 +268,24 @@ def row_for_event(event: Event, envelope: Mapping[str, Any] | None) -> dict[str,
         "event_ms": ms,
         "event_seq": seq,
     }
-    kind = _str(event.kind or None, 32)
+    kind = _str(get(lifecycle.KIND) or None, 32)
     if envelope is not None:
         row.update(envelope_columns(envelope, kind=kind))
         created = ms_to_datetime(_int(envelope.get("created")))
         if created is not None:
             row["created_at"] = created
     else:
-        url = _str(event.url or None, 100_000)
+        url = _str(get(lifecycle.URL) or None, 100_000)
         row["url"] = url
         row["domain"] = domain_of(url)
         row["kind"] = kind
-    if event.node:
-        row["node"] = _str(event.node, 255)
+    node = get(lifecycle.NODE)
+    if node:
+        row["node"] = _str(node, 255)
     reclaims = event.reclaims
     if reclaims is not None:
         row["reclaims"] = reclaims
-    elif event.type in (lifecycle.SCHEDULED, lifecycle.SUCCEEDED):
+    elif etype in (lifecycle.SCHEDULED, lifecycle.SUCCEEDED):
         row["reclaims"] = 0  # a node handled it: earlier expiries were forgiven
     return row
 
@@ -309,19 +328,20 @@ def build_batch(
     batch = Batch(events=len(events))
     current: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     for event in events:
+        etype, task_id = event.type, event.task_id
         source = (
             "tasks"
-            if event.type in ENVELOPE_FROM_TASKS
+            if etype in ENVELOPE_FROM_TASKS
             else "dead"
-            if event.type in ENVELOPE_FROM_DEAD
+            if etype in ENVELOPE_FROM_DEAD
             else None
         )
-        envelope = envelopes.get((event.spider, source, event.task_id)) if source else None
+        envelope = envelopes.get((event.spider, source, task_id)) if source else None
         row = row_for_event(event, envelope)
         if row is None:
             batch.ignored += 1
             continue
-        key = (event.spider, event.task_id)
+        key = (event.spider, task_id)
         held = current.get(key)
         if held is None:
             current[key] = (0, row)
@@ -332,8 +352,8 @@ def build_batch(
             _add(batch, generation, existing)
         else:
             merge(held[1], row)
-        if event.type == lifecycle.DEAD:
-            batch.deaths.append((event.spider, event.task_id, event.ts, current[key][1]))
+        if etype == lifecycle.DEAD:
+            batch.deaths.append((event.spider, task_id, event.ts, current[key][1]))
     for generation, row in current.values():
         _add(batch, generation, row)
     return batch
