@@ -34,6 +34,7 @@ from . import (
     common,
     cycle,
     deadletters,
+    deadsteps,
     defaults,
     faults,
     frontier,
@@ -147,6 +148,7 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
         },
     ),
     "cycle": (cycle, 5, {}),
+    "deadsteps": (deadsteps, 5, {}),
     "faults": (
         faults,
         3,

@@ -95,6 +95,20 @@ def test_count_adds_to_the_crawl_stats(tmp_path: Path) -> None:
     assert runtime.crawler.stats.get_value("retryqueue/x") == 5
 
 
+def test_count_follows_the_stats_dict_scrapy_keeps(tmp_path: Path) -> None:
+    """Past the collector's wrapper, a count still lands in its current dict (set_stats
+    replaces it, clear_stats empties it) and nothing else counts it twice."""
+    runtime = unopened_runtime(FacadeSpider, tmp_path)
+    stats = runtime.crawler.stats
+    runtime.count("retryqueue/x", 2)
+    stats.set_stats({"retryqueue/x": 10})
+    runtime.count("retryqueue/x")
+    assert stats.get_stats() == {"retryqueue/x": 11}
+    stats.clear_stats()
+    runtime.count("retryqueue/y")
+    assert stats.get_stats() == {"retryqueue/y": 1}
+
+
 class CountingStats(MemoryStatsCollector):
     """A project's collector with an inc_value of its own (a statsd client's, say)."""
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydispatch.dispatcher import getAllReceivers
+from scrapy.statscollectors import StatsCollector
 
 from .. import signals as rq_signals
 from ..decision.kinds import DEFERRED
@@ -433,8 +434,28 @@ def _inc_value(stats: Any) -> Any:
         and code.co_name == "sync_inner"
         and code.co_filename.endswith(os.path.join("scrapy", "utils", "decorators.py"))
     ):
-        return inner
+        inc = inner
+    if getattr(inc, "__func__", None) is StatsCollector.inc_value:
+        return _stock_inc_value(stats)
     return inc
+
+
+def _stock_inc_value(stats: StatsCollector) -> Any:
+    """Scrapy's own StatsCollector.inc_value, for a collector that keeps it.
+
+    Its ``self._stats`` goes through the collector's ``__getattribute__``, which
+    first looks for a cached wrapper named ``_cached__stats`` and catches the
+    AttributeError: about 3 µs a stat, four stats per dead letter. The dict is
+    read past it (each time: ``set_stats`` may replace it), and counted as
+    Scrapy counts.
+    """
+    read = object.__getattribute__
+
+    def inc_value(key: str, count: int = 1, start: int = 0) -> None:
+        d = read(stats, "_stats")
+        d[key] = d.setdefault(key, start) + count
+
+    return inc_value
 
 
 #: Status -> Scrapy's reason text for it, made once per status a crawl meets.
