@@ -69,14 +69,24 @@ def check_json(value: Any, path: str, _depth: int = 1) -> Any:
         if not math.isfinite(value):
             raise EnvelopeError(f"{path} is {value!r}, which JSON cannot hold")
         return value
+    # A scalar item is taken as it is: its path is only made for a value that needs
+    # a look (a meta of a few scalars is most requests' whole meta).
     if isinstance(value, (list, tuple)):
-        return [check_json(v, f"{path}[{i}]", _depth + 1) for i, v in enumerate(value)]
+        return [
+            v
+            if v is None or isinstance(v, (bool, str, int))
+            else check_json(v, f"{path}[{i}]", _depth + 1)
+            for i, v in enumerate(value)
+        ]
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise EnvelopeError(f"{path} has a key {k!r} that is not a string")
-            out[k] = check_json(v, f"{path}[{k!r}]", _depth + 1)
+            if v is None or isinstance(v, (bool, str, int)):
+                out[k] = v
+            else:
+                out[k] = check_json(v, f"{path}[{k!r}]", _depth + 1)
         return out
     raise EnvelopeError(
         f"{path} is a {type(value).__module__}.{type(value).__qualname__}, not JSON data"
@@ -101,29 +111,30 @@ def request_to_json(
         raise EnvelopeError(f"request callback/errback cannot be stored: {exc}") from None
     out: dict[str, Any] = {"url": d["url"]}
     raw_meta = d.get("meta") or {}
-    dropped = set(TRANSIENT_META_KEYS)
-    if raw_meta.get(SCRAPY_META_SCHEME_PROXY):
-        dropped.add(SCRAPY_META_PROXY)
-    for key, default in (recomputed or {}).items():
-        if key in raw_meta and raw_meta[key] == default:
-            dropped.add(key)
-    meta = {
-        k: v
-        for k, v in raw_meta.items()
+    proxy_dropped = bool(raw_meta.get(SCRAPY_META_SCHEME_PROXY))
+    meta = {}
+    for k, v in raw_meta.items():
         # A non-str key is kept so that check_json reports it by name.
-        if k not in dropped and not (isinstance(k, str) and k.startswith("_"))
-    }
+        if k in TRANSIENT_META_KEYS or (isinstance(k, str) and k.startswith("_")):
+            continue
+        if (proxy_dropped and k == SCRAPY_META_PROXY) or (
+            recomputed and k in recomputed and v == recomputed[k]
+        ):
+            continue
+        meta[k] = v
     d["meta"] = check_json(meta, "meta")
-    d["cb_kwargs"] = check_json(d.get("cb_kwargs") or {}, "cb_kwargs")
-    d["cookies"] = check_json(d.get("cookies") or {}, "cookies")
-    d["flags"] = check_json(d.get("flags") or [], "flags")
+    # Empty (most requests): what check_json makes of it equals the default, not stored.
+    for name in ("cb_kwargs", "cookies", "flags"):
+        value = d.get(name)
+        d[name] = check_json(value, name) if value else _REQUEST_DEFAULTS[name]
     for name, default in _REQUEST_DEFAULTS.items():
         value = d.get(name, default)
         if value != default:
             out[name] = value
     headers = [
         [name.decode("latin-1"), value.decode("latin-1")]
-        for name, values in (d.get("headers") or {}).items()
+        # dict's items: Headers' own would look each name up again (getlist).
+        for name, values in dict.items(d.get("headers") or {})
         for value in values
     ]
     if headers:
@@ -142,6 +153,9 @@ def request_to_json(
 
 
 _NOT_FOUND = object()
+_ATTRIBUTES = Request.attributes
+#: The attributes request_to_json reads besides url, callback, errback and headers.
+_READ = ("body", "cookies", "meta", "encoding", "flags", "cb_kwargs", "method", "priority")
 
 
 def _spider_method(spider: Any, func: Any) -> Any:
@@ -178,10 +192,15 @@ def _request_dict(request: Request, spider: Any) -> dict[str, Any]:
         "url": request.url,
         "callback": callback,
         "errback": errback,
-        "headers": dict(request.headers),
+        "headers": request.headers,
     }
-    for attr in request.attributes:
-        d.setdefault(attr, getattr(request, attr))
+    if request.attributes is _ATTRIBUTES:
+        # Request's own attributes: only those request_to_json reads.
+        for attr in _READ:
+            d[attr] = getattr(request, attr)
+    else:
+        for attr in request.attributes:
+            d.setdefault(attr, getattr(request, attr))
     if type(request) is not Request:
         d["_class"] = request.__module__ + "." + request.__class__.__name__
     return d
