@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Container
 
     from scrapy import Request
+    from twisted.python.failure import Failure
 
     from ..config import Config
     from ..decision.classify import FailureInfo
@@ -202,10 +203,8 @@ class AttemptFacade:
         d = self.writes.submit(write)
         if write.token is not None:
             self.leases.written_by(plan.task.id, d)
-        d.addCallbacks(
-            lambda outcome: self.reporter.planned(plan, outcome),
-            lambda f: self.reporter.planned(plan, Outcome.ERROR, f.value),
-        )
+        told = (self.reporter, plan)
+        d.addCallbacks(_told, _told_failed, callbackArgs=told, errbackArgs=told)
         decision = plan.decision
         return Parking(
             decision.kind,
@@ -286,3 +285,14 @@ class AttemptFacade:
             lambda count: self.reporter.count("retryqueue/released", count),
             lambda f: logger.debug("release failed: %s", f.value),
         )
+
+
+# The reporter hears of a plan's write through these and one tuple of arguments:
+# two closures would cost each failure two functions and their cells, kept until
+# the write's batch comes back.
+def _told(outcome: Outcome, reporter: Reporter, plan: Plan) -> Outcome:
+    return reporter.planned(plan, outcome)
+
+
+def _told_failed(failure: Failure, reporter: Reporter, plan: Plan) -> Outcome:
+    return reporter.planned(plan, Outcome.ERROR, failure.value)

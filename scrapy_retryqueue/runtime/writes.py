@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from twisted.internet import defer, threads
+from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from ..config import redact_url
@@ -32,8 +33,6 @@ from .shutdown import ShutdownTrigger
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from twisted.python.failure import Failure
 
     from ..config import Config
     from .reporting import Reporter
@@ -281,10 +280,12 @@ class WritePath:
         """
         d: defer.Deferred[Outcome] = defer.Deferred()
         self._buffer.append((write, d))
-        self._track(d)
+        # Tracked as _track does, let go by _flush before it fires (no callbacks of
+        # its own: each costs the write a tuple or three and a turn of the chain).
+        self.writes += 1
+        self._pending.add(d)
         if not self._flushing:
             self._flush()
-        d.addErrback(self._spool_if_down, write)
         return d
 
     def _flush(self) -> None:
@@ -295,13 +296,25 @@ class WritePath:
         writes = [write for write, _ in batch]
         done = self.call_untracked(self._apply_batch, writes)
 
+        pending = self._pending
+
         def delivered(outcomes: list[Outcome]) -> None:
             for (_, d), outcome in zip(batch, outcomes, strict=True):
+                pending.discard(d)
                 d.callback(outcome)
 
         def failed(failure: Failure) -> None:
-            for _, d in batch:
-                d.errback(failure)
+            for write, d in batch:
+                pending.discard(d)
+                try:
+                    result = self._spool_if_down(failure, write)
+                except Exception:
+                    d.errback()  # SpoolFull, or a spool that could not take it
+                    continue
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(result)
 
         def next_batch(_: Any) -> None:
             self._flushing = False
