@@ -207,10 +207,20 @@ def _max_retries(doc: Mapping[str, Any], kind: str | None, meta: Any) -> int | N
     return _budget(meta.get(META_MAX_RETRIES)) if isinstance(meta, dict) else None
 
 
+#: An envelope's error fields and the columns each fills (names made once, not per row).
+_ERROR_COLUMNS = tuple(
+    (which, f"{which}_kind", f"{which}_type", f"{which}_message", f"{which}_status")
+    for which in ("first_error", "last_error")
+)
+
+
 def envelope_columns(doc: Mapping[str, Any], *, kind: str | None) -> dict[str, Any]:
     """The columns an envelope tells (request, attempts, errors, node)."""
-    request = doc.get("request") if isinstance(doc.get("request"), dict) else {}
-    url = _str(request.get("url"), 100_000) if isinstance(request.get("url"), str) else None
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        request = {}
+    url = request.get("url")
+    url = _str(url, 100_000) if isinstance(url, str) else None
     domain = domain_of(url)
     row: dict[str, Any] = {
         "url": url,
@@ -223,15 +233,16 @@ def envelope_columns(doc: Mapping[str, Any], *, kind: str | None) -> dict[str, A
         clean = {str(k): v for k, v in attempts.items() if _int(v) is not None}
         row["attempts"] = _dumps(clean)
         row["attempts_total"] = _int(sum(_int(v) or 0 for v in clean.values()))
-    for which in ("first_error", "last_error"):
+    for which, kind_column, type_column, message_column, status_column in _ERROR_COLUMNS:
         error = doc.get(which)
         if isinstance(error, dict):
-            row[f"{which}_kind"] = _str(error.get("kind"), 32)
-            row[f"{which}_type"] = _str(error.get("type"), 255)
-            row[f"{which}_message"] = _str(error.get("message"), 10_000)
-            row[f"{which}_status"] = _int(error.get("status"))
-    if doc.get("node"):
-        row["node"] = _str(doc.get("node"), 255)
+            row[kind_column] = _str(error.get("kind"), 32)
+            row[type_column] = _str(error.get("type"), 255)
+            row[message_column] = _str(error.get("message"), 10_000)
+            row[status_column] = _int(error.get("status"))
+    node = doc.get("node")
+    if node:
+        row["node"] = _str(node, 255)
     if kind is None:
         kind = _str(doc.get("dead_kind") or doc.get("kind") or None, 32)
     row["kind"] = kind
