@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Container
 
     from scrapy import Request
-    from twisted.python.failure import Failure
 
     from ..config import Config
     from ..decision.classify import FailureInfo
@@ -200,11 +199,11 @@ class AttemptFacade:
             write = self._learning(write, plan.ref)
         if plan.ref is not None:
             settle(plan.ref)
-        d = self.writes.submit(write)
+        # The reporter hears of the write first (WritePath.submit), with no
+        # callbacks of its own kept on the Deferred until the batch is back.
+        d = self.writes.submit(write, plan)
         if write.token is not None:
             self.leases.written_by(plan.task.id, d)
-        told = (self.reporter, plan)
-        d.addCallbacks(_told, _told_failed, callbackArgs=told, errbackArgs=told)
         decision = plan.decision
         return Parking(
             decision.kind,
@@ -285,14 +284,3 @@ class AttemptFacade:
             lambda count: self.reporter.count("retryqueue/released", count),
             lambda f: logger.debug("release failed: %s", f.value),
         )
-
-
-# The reporter hears of a plan's write through these and one tuple of arguments:
-# two closures would cost each failure two functions and their cells, kept until
-# the write's batch comes back.
-def _told(outcome: Outcome, reporter: Reporter, plan: Plan) -> Outcome:
-    return reporter.planned(plan, outcome)
-
-
-def _told_failed(failure: Failure, reporter: Reporter, plan: Plan) -> Outcome:
-    return reporter.planned(plan, Outcome.ERROR, failure.value)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..config import Config
+    from .planner import Plan
     from .reporting import Reporter
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class WritePath:
         #: Stops the worker if the reactor stops before shutdown() ran (see _stop_worker).
         self._pool_stopper = ShutdownTrigger("during", self._stop_worker)
         self._pending: set[defer.Deferred[Any]] = set()
-        self._buffer: list[tuple[Write, defer.Deferred[Outcome]]] = []
+        self._buffer: list[tuple[Write, defer.Deferred[Outcome], Plan | None]] = []
         self._flushing = False
         #: Writes the spool still held when the crawl closed (the next crawl replays them).
         self.left_in_spool = 0
@@ -271,15 +272,19 @@ class WritePath:
 
     # -- batched writes ------------------------------------------------------------------
 
-    def submit(self, write: Write) -> defer.Deferred[Outcome]:
+    def submit(self, write: Write, plan: Plan | None = None) -> defer.Deferred[Outcome]:
         """Queue one write; it goes to Redis with whatever else is waiting.
 
         Fires with the write's Outcome (SPOOLED while Redis is unreachable).
         Under load, one round trip carries many writes; when quiet, a write
         goes alone at once. Order is kept across and within batches.
+
+        *plan*: the write carries it out; the reporter hears what the write did
+        (:meth:`Reporter.planned`, Outcome.ERROR with the error when it failed)
+        before any callback of the Deferred, which fires with what it returns.
         """
         d: defer.Deferred[Outcome] = defer.Deferred()
-        self._buffer.append((write, d))
+        self._buffer.append((write, d, plan))
         # Tracked as _track does, let go by _flush before it fires (no callbacks of
         # its own: each costs the write a tuple or three and a turn of the chain).
         self.writes += 1
@@ -293,25 +298,32 @@ class WritePath:
         if not batch:
             return
         self._flushing = True
-        writes = [write for write, _ in batch]
+        writes = [write for write, _, _ in batch]
         done = self.call_untracked(self._apply_batch, writes)
 
         pending = self._pending
 
         def delivered(outcomes: list[Outcome]) -> None:
-            for (_, d), outcome in zip(batch, outcomes, strict=True):
+            for (_, d, plan), outcome in zip(batch, outcomes, strict=True):
                 pending.discard(d)
-                d.callback(outcome)
+                if plan is None:
+                    d.callback(outcome)
+                else:
+                    self._told(d, plan, outcome)
 
         def failed(failure: Failure) -> None:
-            for write, d in batch:
+            for write, d, plan in batch:
                 pending.discard(d)
                 try:
                     result = self._spool_if_down(failure, write)
                 except Exception:
-                    d.errback()  # SpoolFull, or a spool that could not take it
-                    continue
-                if isinstance(result, Failure):
+                    result = Failure()  # SpoolFull, or a spool that could not take it
+                if plan is not None:
+                    if isinstance(result, Failure):
+                        self._told(d, plan, Outcome.ERROR, result.value)
+                    else:
+                        self._told(d, plan, result)
+                elif isinstance(result, Failure):
                     d.errback(result)
                 else:
                     d.callback(result)
@@ -323,6 +335,22 @@ class WritePath:
 
         done.addCallbacks(delivered, failed)
         done.addBoth(next_batch)
+
+    def _told(
+        self,
+        d: defer.Deferred[Outcome],
+        plan: Plan,
+        outcome: Outcome,
+        error: BaseException | None = None,
+    ) -> None:
+        """The reporter hears of *plan*'s write, then *d* fires with what it says (its
+        error, as a callback's would be, when it raises)."""
+        try:
+            result = self.reporter.planned(plan, outcome, error)
+        except BaseException:
+            d.errback()
+            return
+        d.callback(result)
 
     def _apply_batch(self, writes: list[Write]) -> list[Outcome]:
         """Apply writes on the worker thread (raises while Redis is down)."""
