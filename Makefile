@@ -30,6 +30,7 @@ demo: install
 test: install
 	bash scripts/ensure-services
 	$(PY) -m ruff check scrapy_retryqueue tests example_project benchmarks
+	$(PY) -m ruff format --check .
 	$(LINT_IMPORTS)
 	$(PYTEST) $(PYTEST_ARGS)
 
