@@ -132,6 +132,8 @@ class Planner:
         exhausted = False
         #: (request, kind, policy) the policy was resolved for: the envelope's budget.
         resolved: tuple[Request, str, Policy] | None = None
+        #: (request, its hostname) once parsed for the decision: the task's host.
+        hostname: tuple[Request, str | None] | None = None
         known = self.config.kinds.get(failure.kind)
         # The queue's own kinds are not a project's to raise (RetryLater("poison")).
         if decision is None and (known is None or known.internal):
@@ -144,8 +146,9 @@ class Planner:
                 decision = replace(decision, attempt=attempts.get(decision.kind, 0) + 1)
         else:
             since_first = max(0, now - ref["created"]) / 1000 if ref and ref["created"] else 0.0
+            hostname = (request, urlparse_cached(request).hostname)
             decision, exhausted, policy = self._decide(
-                request, failure, attempts, notes, since_first
+                request, failure, attempts, notes, since_first, hostname[1]
             )
             if policy is not None:
                 resolved = (request, decision.kind, policy)
@@ -206,9 +209,13 @@ class Planner:
             dead_kind=None if decision.retry else decision.kind,
             max_retries=self._budget(request, decision.kind, resolved),
         )
-        return Plan(
-            decision, failure, task, ref, now, request, notes, exhausted, _host(request), asked
+        # The hook may have replaced the request: its own host then.
+        host = (
+            host_word(hostname[1])
+            if hostname is not None and hostname[0] is request
+            else _host(request)
         )
+        return Plan(decision, failure, task, ref, now, request, notes, exhausted, host, asked)
 
     def plan_deferred(self, request: Request, until: int) -> Plan:
         """Park a fresh request to a cooling domain: kind ``deferred``, no budget used."""
@@ -294,12 +301,13 @@ class Planner:
         attempts: dict[str, int],
         notes: list[Note],
         since_first: float,
+        domain: str | None,
     ) -> tuple[Decision, bool, Policy | None]:
         """The policy's decision, whether it gave up because the budget ran out
         (a kind its policy retries: Scrapy's ``retry/max_reached``), and the
-        policy it used (None for a kind no policy covers)."""
+        policy it used (None for a kind no policy covers). *domain*: the
+        request's hostname."""
         meta_policy, max_retries = self._meta_overrides(request, notes)
-        domain = urlparse_cached(request).hostname
         table = self.config.policy_table
 
         def backoff_error(message: str) -> None:

@@ -132,9 +132,12 @@ class Reporter(PollReports, CallbackReports):
         Not sent when no handler is connected to it: Scrapy's send would only find
         that out, at about twice the cost of asking (two signals per retried request).
         """
-        signals = self.crawler.signals
-        if any(True for _ in getAllReceivers(signals.sender, signal)):
-            signals.send_catch_log(signal=signal, spider=self.spider, **kwargs)
+        if self._heard(signal):
+            self.crawler.signals.send_catch_log(signal=signal, spider=self.spider, **kwargs)
+
+    def _heard(self, signal: object) -> bool:
+        """Whether a handler is connected to *signal* now (:meth:`send` asks first)."""
+        return any(True for _ in getAllReceivers(self.crawler.signals.sender, signal))
 
     # -- failures ----------------------------------------------------------------
 
@@ -216,17 +219,25 @@ class Reporter(PollReports, CallbackReports):
                 ts=plan.now,
             )
         if outcome in (Outcome.PARKED, Outcome.DEAD, Outcome.SPOOLED):
-            if decision.retry:
-                self.send(
-                    rq_signals.retryqueue_scheduled,
+            signal = (
+                rq_signals.retryqueue_scheduled if decision.retry else rq_signals.retryqueue_dead
+            )
+            # Asked before the arguments are made: most crawls connect no handler.
+            if not self._heard(signal):
+                pass
+            elif decision.retry:
+                self.crawler.signals.send_catch_log(
+                    signal=signal,
+                    spider=self.spider,
                     request=plan.request,
                     task_id=task.id,
                     decision=decision,
                     outcome=str(outcome),
                 )
             else:
-                self.send(
-                    rq_signals.retryqueue_dead,
+                self.crawler.signals.send_catch_log(
+                    signal=signal,
+                    spider=self.spider,
                     request=plan.request,
                     task_id=task.id,
                     kind=decision.kind,
@@ -380,18 +391,18 @@ class Reporter(PollReports, CallbackReports):
         Past the limit one line says so; the end-of-crawl table has the counts
         (stats retryqueue/dead/<kind> and retryqueue/dead_log_debug/<kind>).
         """
-        level = self._dead_level(kind, request)
         logged = self._dead_lines.get(kind, 0)
         limit = self.config.dead_log_limit
         if logged < limit:
             self._dead_lines[kind] = logged + 1
+            level = self._dead_level(kind, request)
             logger.log(level, "scrapy-retryqueue: dead letter %s (%s)", url, reason)
             return
         if logged == limit:
             self._dead_lines[kind] = logged + 1
             if limit:
                 logger.log(
-                    level,
+                    self._dead_level(kind, request),
                     "scrapy-retryqueue: %d dead letters of kind %s logged; the rest of this "
                     "crawl's are logged at DEBUG (RETRYQUEUE_DEAD_LOG_LIMIT=%d) and counted in "
                     "the table of retries by kind at the end",
