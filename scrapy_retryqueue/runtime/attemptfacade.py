@@ -193,7 +193,12 @@ class AttemptFacade:
     def _carry_out(self, plan: Plan) -> Parking:
         self.reporter.notes(plan.notes)
         # The write names the lease before the lease is marked used.
-        write = Write.for_task(plan.op, plan.task, plan.token, plan.now, host=plan.host)
+        task = plan.task
+        write = Write.for_task(plan.op, task, plan.token, plan.now, host=plan.host)
+        # The envelope holds the request now; the plan keeps of it what the reporter
+        # reads (its URL) until the write comes back: its headers and meta, kept
+        # across the batch's round trip, would be promoted by a collection meanwhile.
+        task.request = {"url": task.url}
         if write.token is not None and plan.ref is not None:
             # A task's attempt failed again (or gave up): its outage lasts on.
             write = self._learning(write, plan.ref)
