@@ -10,6 +10,7 @@ the script appends (:mod:`.signature`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,9 @@ from .keys import Keys
 from .signature import sign_envelope, sign_event
 from .taskinfo import host_of, taskinfo_value
 from .wire import wire_id
+
+#: The learning update's ARGV when the outcome teaches nothing (WriteCalls._learning).
+_NO_LEARNING = ("", 0, -1, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,9 @@ class WriteCalls:
                 args += self._learning(w, recovered=True)
                 # Where the recovery is spread from: the task's last failure.
                 args.append(w.prior if isinstance(w.prior, int) and w.prior > 0 else 0)
+                if self.ring is None:
+                    args += ["", ""]
+                    continue
                 fields = {events.ID: w.task_id, events.KIND: w.kind, events.URL: w.url}
                 fields.update({events.WAIT: wait, events.DOMAIN_NAME: w.host})
                 args += [self._version(w), self._event_sig(events.SUCCEEDED, w, fields)]
@@ -136,6 +143,9 @@ class WriteCalls:
                 args += [wire_id(w.task_id), w.token or "", self._envelope(w), w.now, w.kind]
                 args.append(w.url)
                 args += self._learning(w, recovered=False)
+                if self.ring is None:
+                    args += ["", "", wire_id(w.dead_id) if w.dead_id else ""]
+                    continue
                 fields = {events.ID: w.dead_id or w.task_id, events.KIND: w.kind, events.URL: w.url}
                 args += [self._version(w), self._event_sig(events.DEAD, w, fields)]
                 args.append(wire_id(w.dead_id) if w.dead_id else "")
@@ -152,6 +162,8 @@ class WriteCalls:
         return w.version if self.ring is not None and w.version is not None else ""
 
     def _scheduled_sig(self, w: Write) -> str:
+        if self.ring is None:
+            return ""
         fields = {events.ID: w.task_id, events.KIND: w.kind, events.ATTEMPT: w.attempt}
         fields.update({events.DUE: w.due, events.URL: w.url})
         return self._event_sig(events.SCHEDULED, w, fields)
@@ -171,13 +183,13 @@ class WriteCalls:
         fields.update({events.TYPE: type_, events.NODE: self.node_id, events.TS: w.now})
         return sign_event(fields, self.ring, self.keys.project, self.keys.spider)
 
-    def _learning(self, w: Write, *, recovered: bool) -> list[Any]:
+    def _learning(self, w: Write, *, recovered: bool) -> Sequence[Any]:
         """The learning update's ARGV for one outcome: how long the task's outage has
         lasted so far, as the bins it newly reached (recovery.py); none without a
         kind to learn, a host or a known first failure."""
         created = w.created
         if not w.learn or not w.host or not isinstance(created, int) or created <= 0:
-            return ["", 0, -1, 0, 0, 0]
+            return _NO_LEARNING
         first, last = observation(w.prior, w.now - created, recovered)
         field = field_name(w.learn, w.host)
         return [
