@@ -144,7 +144,9 @@ class RetryQueueMiddleware:
             return request.replace(
                 dont_filter=True, meta={**request.meta, SCRAPY_META_DONT_CACHE: True}
             )
-        await self._park(self.runtime.download_failed(request, failure))
+        parking = self.runtime.download_failed(request, failure)
+        if not parking.final:  # a dead letter goes on at once: no coroutine for _park
+            await self._park(parking)
         return response
 
     async def process_exception(
@@ -169,7 +171,9 @@ class RetryQueueMiddleware:
             self.runtime.release(request)
             return None
         failure = classify_exception(exception, exception_kinds=self.config.exception_kinds)
-        await self._park(self.runtime.download_failed(request, failure))
+        parking = self.runtime.download_failed(request, failure)
+        if not parking.final:
+            await self._park(parking)
         return None
 
     async def _defer_held(self, request: Request) -> Request | None:
