@@ -126,6 +126,7 @@ class RedisDelayedQueue:
             ring=signing,
             finished_keep_ms=int(finished_keep * 1000),
             finished_max=finished_max,
+            encoding=_wire_encoding(client),
         )
         self._scripts = {
             name: client.register_script(load_script_source(name)) for name in SCRIPT_NAMES
@@ -428,3 +429,15 @@ class RedisDelayedQueue:
     def leave(self) -> None:
         """This node stops crawling the spider: the others stop waiting for it."""
         self.client.hdel(self.keys.nodes, self.node_id)
+
+
+def _wire_encoding(client: Any) -> str | None:
+    """The encoding *client* writes text in, when its errors are strict (WriteCalls
+    then makes the ARGV bytes itself); None when it cannot tell."""
+    try:
+        encoder = client.get_encoder()
+    except Exception:
+        return None
+    encoding = getattr(encoder, "encoding", None)
+    strict = getattr(encoder, "encoding_errors", None) == "strict"
+    return encoding if strict and isinstance(encoding, str) else None

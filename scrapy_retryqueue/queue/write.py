@@ -100,8 +100,33 @@ class WriteCalls:
     #: How long (ms) and how many finished records are kept (replays are told by them).
     finished_keep_ms: int = 0
     finished_max: int = 0
+    #: The client's encoding (strict errors), for the ARGV made bytes here (:meth:`_wire`);
+    #: None: the client encodes each value itself.
+    encoding: str | None = None
 
     def call(self, op: str, chunk: list[Write]) -> tuple[list[str], list[Any]]:
+        keys, args = self._call(op, chunk)
+        return keys, args if self.encoding is None else self._wire(args)
+
+    def _wire(self, args: list[Any]) -> list[Any]:
+        """*args* as the bytes redis-py's Encoder makes of them (a text in the client's
+        encoding, an int as its repr); anything else is left to it. Its packer looks
+        at each value, and encodes one that is not bytes in a call of its own: about
+        6 µs of a dead letter's 15 values, against 1.5 here."""
+        encoding = self.encoding
+        out: list[Any] = []
+        append = out.append
+        for value in args:
+            kind = type(value)
+            if kind is str:
+                append(value.encode(encoding))
+            elif kind is int:
+                append(repr(value).encode())
+            else:
+                append(value)
+        return out
+
+    def _call(self, op: str, chunk: list[Write]) -> tuple[list[str], list[Any]]:
         k = self.keys
         args: list[Any] = [self.node_id, self.events_maxlen]
         if op in ("ack", "deadletter"):
