@@ -137,7 +137,9 @@ class Reporter(PollReports, CallbackReports):
 
     def _heard(self, signal: object) -> bool:
         """Whether a handler is connected to *signal* now (:meth:`send` asks first)."""
-        return any(True for _ in getAllReceivers(self.crawler.signals.sender, signal))
+        for _ in getAllReceivers(self.crawler.signals.sender, signal):
+            return True
+        return False
 
     # -- failures ----------------------------------------------------------------
 
