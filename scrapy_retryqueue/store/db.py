@@ -201,7 +201,9 @@ def _use_wal(cur: Any) -> None:
     itself and fails at once, without waiting on the busy timeout, while another
     connection (the writer, a reader of the store) opens a new file at the same
     moment; that connection is setting WAL too, so a short wait and a second look
-    find it done.
+    find it done. The wait blocks no reactor: a store is opened by the writer (its
+    thread or process), the commands and the dashboard's worker threads, never by
+    the crawl's reactor thread.
     """
     deadline = time.monotonic() + _WAL_WAIT
     while True:
