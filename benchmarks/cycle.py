@@ -63,6 +63,22 @@ class CycleSpider(scrapy.Spider):
         pass
 
 
+def driven_queue(
+    redis_url: str, workdir: Path, prefix: str
+) -> tuple[str, RetryQueueRuntime, redis.Redis, RedisDelayedQueue]:
+    """A new spider name, its runtime (never opened) and a queue of its own on *redis_url*,
+    for the in-process benchmarks that drive the queue themselves."""
+    spider = f"{prefix}{uuid.uuid4().hex[:6]}"
+    runtime = _runtime(redis_url, workdir, spider)
+    client = redis.Redis.from_url(redis_url)
+    return (
+        spider,
+        runtime,
+        client,
+        RedisDelayedQueue(client, spider, node_id=runtime.config.node_id),
+    )
+
+
 def _runtime(redis_url: str, workdir: Path, spider: str) -> RetryQueueRuntime:
     """A crawler's runtime, its spider created, never opened (the queue is driven here)."""
     crawler = get_crawler(
@@ -243,10 +259,7 @@ def _codecs(envelope: str) -> dict[str, float]:
 
 
 def measure(redis_url: str, workdir: Path) -> dict[str, float]:
-    spider = f"cycle{uuid.uuid4().hex[:6]}"
-    runtime = _runtime(redis_url, workdir, spider)
-    client = redis.Redis.from_url(redis_url)
-    queue = RedisDelayedQueue(client, spider, node_id=runtime.config.node_id)
+    spider, runtime, client, queue = driven_queue(redis_url, workdir, "cycle")
     totals: dict[str, float] = {}
     envelope = ""
     gc.callbacks.append(_COLLECTIONS)

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import redis
 import scrapy
 from scrapy.http import HtmlResponse
 from scrapy.utils.httpobj import urlparse_cached
@@ -44,10 +43,10 @@ from twisted.internet.defer import Deferred
 
 from scrapy_retryqueue.crawl.middleware import RetryQueueMiddleware
 from scrapy_retryqueue.decision.classify import classify_status
-from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
+from scrapy_retryqueue.queue.delayed import Write
 
 from .common import forget
-from .cycle import HEADERS, _runtime
+from .cycle import HEADERS, driven_queue
 
 BATCH = 200
 ROUNDS = 7
@@ -162,10 +161,7 @@ def _one_round(runtime: Any, mw: RetryQueueMiddleware, held: list[Any]) -> _Cloc
 
 
 def measure(redis_url: str, workdir: Path) -> dict[str, float]:
-    spider = f"dead{uuid.uuid4().hex[:6]}"
-    runtime = _runtime(redis_url, workdir, spider)
-    client = redis.Redis.from_url(redis_url)
-    queue = RedisDelayedQueue(client, spider, node_id=runtime.config.node_id)
+    spider, runtime, client, queue = driven_queue(redis_url, workdir, "dead")
     writes = runtime.writes
     writes.queue = queue
     writes._flushing = True  # as if a batch were on the worker: submit only gathers

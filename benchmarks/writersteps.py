@@ -20,11 +20,8 @@ import pstats
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
-
-import redis
 
 from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
 from scrapy_retryqueue.store.db import Store
@@ -99,10 +96,7 @@ class _WriterBeforeClaim:
 def _rounds(
     redis_url: str, workdir: Path, rounds: int, profile: cProfile.Profile | None
 ) -> list[dict[str, float]]:
-    spider = f"wsteps{uuid.uuid4().hex[:6]}"
-    runtime = cycle._runtime(redis_url, workdir, spider)
-    client = redis.Redis.from_url(redis_url)
-    queue = RedisDelayedQueue(client, spider, node_id=runtime.config.node_id)
+    spider, runtime, client, queue = cycle.driven_queue(redis_url, workdir, "wsteps")
     store = Store(f"sqlite:///{workdir / f'{spider}.db'}")
     store.ensure_schema()
     sync = _TimedSync(store, client, spider, consumer="bench", batch_size=500)
