@@ -39,7 +39,6 @@ from scrapy_retryqueue.queue.delayed import RedisDelayedQueue, Write
 from scrapy_retryqueue.queue.document import dumps, read_document
 from scrapy_retryqueue.runtime import RetryQueueRuntime
 from scrapy_retryqueue.runtime.outcome import Outcome
-from scrapy_retryqueue.runtime.taskref import ref_created, ref_host, ref_updated
 from scrapy_retryqueue.settings.defaults import META_TASK
 from scrapy_retryqueue.values import now_ms
 
@@ -190,7 +189,9 @@ def _one_round(runtime: RetryQueueRuntime, queue: RedisDelayedQueue, site: str) 
     )
     assert all(r is not None for r in rebuilt)
     refs = [r.meta[META_TASK] for r in rebuilt]
-    acks = _timed(clock, "ack: its write", lambda: [_ack_write(runtime, ref) for ref in refs])
+    acks = _timed(
+        clock, "ack: its write", lambda: [runtime.ack_write(ref, now_ms()) for ref in refs]
+    )
     assert all(_timed(clock, "ack.lua: Redis call", lambda: queue.apply(acks)))
     _timed(
         clock,
@@ -205,24 +206,6 @@ def _one_round(runtime: RetryQueueRuntime, queue: RedisDelayedQueue, site: str) 
 
 def _fields(write: Write) -> dict[str, Any]:
     return {name: getattr(write, name) for name in write.__slots__}
-
-
-def _ack_write(runtime: RetryQueueRuntime, ref: dict[str, Any]) -> Write:
-    """The ack's write, as the runtime's _acknowledge builds it (learning update included)."""
-    learns = getattr(runtime, "_learns", None)
-    learn, prior = learns(ref) if learns is not None else ("", None)
-    write = Write(
-        *("ack", ref["id"], now_ms(), ref["token"]),
-        kind=ref["kind"],
-        url=ref["url"],
-        created=ref_created(ref),
-        host=ref_host(ref),
-        learn=learn,
-        prior=prior,
-        version=ref_updated(ref),
-    )
-    # Before _learns (an older tree): the write, then copied with its update.
-    return write if learns is not None else runtime._learning(write, ref)
 
 
 def _codecs(envelope: str) -> dict[str, float]:

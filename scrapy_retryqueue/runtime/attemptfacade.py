@@ -234,10 +234,22 @@ class AttemptFacade:
             return
         settle(ref)
         task_id, now = ref["id"], now_ms()
+        write = self.ack_write(ref, now, ignored=ignored)
+        how = "ignored" if ignored else "recovered"
+        d = self.writes.submit(write)
+        self.leases.written_by(task_id, d)
+        d.addCallbacks(
+            lambda result: self.reporter.acked(request, ref, how, result, now),
+            lambda f: self.reporter.ack_failed(ref, f.value),
+        )
+
+    def ack_write(self, ref: TaskRef, now: int, *, ignored: bool = False) -> Write:
+        """The write that acknowledges *ref*'s task at *now* (ms), with its learning update
+        unless the request was dropped on purpose (*ignored*)."""
         # Built once, with its learning update (dataclasses.replace() costs as much again).
         learn, prior = ("", None) if ignored else self._learns(ref)
-        write = Write(
-            *("ack", task_id, now, ref["token"]),
+        return Write(
+            *("ack", ref["id"], now, ref["token"]),
             kind=ref["kind"],
             url=ref["url"],
             created=ref_created(ref),
@@ -247,13 +259,6 @@ class AttemptFacade:
             # The envelope it was claimed with is the one it finished with (a replay
             # of it is refused: refusals.py).
             version=ref_updated(ref),
-        )
-        how = "ignored" if ignored else "recovered"
-        d = self.writes.submit(write)
-        self.leases.written_by(task_id, d)
-        d.addCallbacks(
-            lambda result: self.reporter.acked(request, ref, how, result, now),
-            lambda f: self.reporter.ack_failed(ref, f.value),
         )
 
     def _learning(self, write: Write, ref: dict[str, Any]) -> Write:
