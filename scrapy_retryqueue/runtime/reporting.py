@@ -225,9 +225,9 @@ class Reporter(PollReports, CallbackReports):
                 rq_signals.retryqueue_scheduled if decision.retry else rq_signals.retryqueue_dead
             )
             # Asked before the arguments are made: most crawls connect no handler.
-            if not self._heard(signal):
-                pass
-            elif decision.retry:
+            if self._heard(signal):
+                # A dead letter's handler is told its kind and reason too.
+                dead = {} if decision.retry else {"kind": decision.kind, "reason": decision.reason}
                 self.crawler.signals.send_catch_log(
                     signal=signal,
                     spider=self.spider,
@@ -235,17 +235,7 @@ class Reporter(PollReports, CallbackReports):
                     task_id=task.id,
                     decision=decision,
                     outcome=str(outcome),
-                )
-            else:
-                self.crawler.signals.send_catch_log(
-                    signal=signal,
-                    spider=self.spider,
-                    request=plan.request,
-                    task_id=task.id,
-                    kind=decision.kind,
-                    reason=decision.reason,
-                    decision=decision,
-                    outcome=str(outcome),
+                    **dead,
                 )
         return outcome
 
