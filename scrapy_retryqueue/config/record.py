@@ -113,6 +113,9 @@ class Config:
     retry_budget_window: float = defaults.RETRY_BUDGET_WINDOW
     #: RETRYQUEUE_FRONTIER_RESTART: start a new crawl after a finished one (frontier).
     frontier_restart: bool = False
+    #: RETRYQUEUE_FREEZE_HEAP, and Scrapy's MEMDEBUG_ENABLED off (its report counts
+    #: what a full collection leaves): freeze the heap while the crawl runs (heap.py).
+    freeze_heap: bool = False
     #: RETRYQUEUE_SIGNING_KEYS as a key ring (secure/signing.py); None: nothing is
     #: signed nor checked.
     signing: KeyRing | None = None

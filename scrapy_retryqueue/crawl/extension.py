@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -24,6 +25,7 @@ from ..decision import kinds
 from ..decision.classify import failure_for_kind
 from ..decision.pollshare import jittered
 from ..exceptions import EncryptionKeyError
+from ..heap import hold as hold_heap
 from ..runtime import PollResult, RetryQueueRuntime, ShutdownTrigger, runtime_for
 from ..settings.defaults import (
     FINISH_REASON_FLEET_FINISHED,
@@ -69,6 +71,8 @@ class RetryQueueExtension:
         self._last_busy = now_ms()
         #: Closes the spider when the reactor stops with it open (see _reactor_stops).
         self._shutdown = ShutdownTrigger("before", self._reactor_stops)
+        #: Releases the heap freeze held while the engine runs (RETRYQUEUE_FREEZE_HEAP).
+        self._release_heap: Callable[[], None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RetryQueueExtension:
@@ -81,7 +85,21 @@ class RetryQueueExtension:
         if ext.config.item_replay:
             crawler.signals.connect(ext.item_scraped, signal=signals.item_scraped)
             crawler.signals.connect(ext.item_dropped, signal=signals.item_dropped)
+        if ext.config.freeze_heap:
+            crawler.signals.connect(ext.engine_started, signal=signals.engine_started)
+            crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         return ext
+
+    def engine_started(self) -> None:
+        # What exists now (the modules, the spider, the components, the runtime)
+        # lives as long as the crawl: its full collections need not walk it.
+        if self._release_heap is None:
+            self._release_heap = hold_heap()
+
+    def engine_stopped(self) -> None:
+        if self._release_heap is not None:
+            self._release_heap()
+            self._release_heap = None
 
     async def spider_opened(self, spider: Spider) -> None:
         from twisted.internet import reactor

@@ -134,7 +134,9 @@ class RetryQueueStoreExtension:
         reason = can_fork()
         if reason is None:
             try:
-                self.writer = ForkedWriter.fork(self._child_service)
+                self.writer = ForkedWriter.fork(
+                    self._child_service, freeze_heap=self.config.freeze_heap
+                )
             except OSError as exc:
                 reason = f"fork() failed: {exc}"
             else:

@@ -298,6 +298,10 @@ SETTINGS: dict[str, Any] = {
     #: On the leased frontier, a node that finds the fleet's last crawl finished
     #: (before the node started) starts a new crawl; False: it crawls nothing.
     "RETRYQUEUE_FRONTIER_RESTART": False,
+    #: Freeze the process's heap while the crawl's engine runs, and before it forks
+    #: its store writer (heap.py): full collections skip the modules and start-up
+    #: objects. Off anyway with Scrapy's MEMDEBUG_ENABLED.
+    "RETRYQUEUE_FREEZE_HEAP": True,
     #: Request headers whose values no surface shows (dashboard, API, exports,
     #: logs, the audit log); the stored request keeps them, to be replayed.
     "RETRYQUEUE_SECRET_HEADERS": [

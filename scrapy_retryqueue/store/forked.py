@@ -36,6 +36,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .. import heap
+
 logger = logging.getLogger(__name__)
 
 #: make_service(spider, forward) → an object with run, stop, force, flush,
@@ -91,19 +93,29 @@ class ForkedWriter:
         self.exit_status: int | None = None
         #: The child's own CPU seconds (user + system), once it has ended.
         self.cpu_seconds: float | None = None
+        #: Releases the heap freeze taken for the fork (heap.py), once the child is reaped.
+        self._release_heap: Callable[[], None] | None = None
 
     @classmethod
-    def fork(cls, make_service: ServiceFactory) -> ForkedWriter:
+    def fork(cls, make_service: ServiceFactory, *, freeze_heap: bool = False) -> ForkedWriter:
         """Fork the writer process; it waits for :meth:`run`. Raises OSError when
-        the system refuses the process (call :func:`can_fork` first)."""
+        the system refuses the process (call :func:`can_fork` first).
+
+        *freeze_heap*: freeze this process's heap first, until the writer ends
+        (heap.py): the crawl's collector then never writes to the pages the two
+        processes share, so they stay shared.
+        """
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         # Held back across the fork: a Ctrl-C in that instant must not kill the
         # child before it ignores it (the parent gets its own once unblocked).
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _IGNORED)
+        release_heap = heap.hold() if freeze_heap else None
         try:
             pid = os.fork()
         except BaseException:
+            if release_heap is not None:
+                release_heap()
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
             for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
                 os.close(fd)
@@ -127,6 +139,7 @@ class ForkedWriter:
             os.close(to_child_r)
             os.close(from_child_w)
             writer = cls(pid, to_child_w, from_child_r)
+            writer._release_heap = release_heap
             _LIVE.add(writer)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -217,6 +230,8 @@ class ForkedWriter:
         with contextlib.suppress(OSError):
             self._in.close()
         _LIVE.discard(self)
+        if self._release_heap is not None:
+            self._release_heap()
 
     # -- the pipes ----------------------------------------------------------------------
 
