@@ -79,6 +79,13 @@ BENCHMARKS: dict[str, tuple[object, int, dict[str, Target]]] = {
                 ("store off CPU ratio", (lambda v: v <= 1.05, "<= 1.05")),
                 ("store off marginal ratio", (lambda v: v <= 1.02, "<= 1.02")),
                 ("store off start-up + s", (lambda v: v <= 0.3, "<= 0.3")),
+                # The add-on's own cost: against stock with its heap frozen as ours is.
+                ("ours ÷ frozen pages/s ratio", (lambda v: v >= 0.97, ">= 0.97")),
+                ("ours ÷ frozen CPU ratio", (lambda v: v <= 1.05, "<= 1.05")),
+                ("ours ÷ frozen marginal ratio", (lambda v: v <= 1.02, "<= 1.02")),
+                ("store off ÷ frozen pages/s ratio", (lambda v: v >= 0.97, ">= 0.97")),
+                ("store off ÷ frozen CPU ratio", (lambda v: v <= 1.05, "<= 1.05")),
+                ("store off ÷ frozen marginal ratio", (lambda v: v <= 1.02, "<= 1.02")),
             )
         },
     ),

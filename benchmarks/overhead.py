@@ -5,7 +5,11 @@ benchmarks/static_site.py), so the crawler, not the site, is the bottleneck
 ("nginx ÷ crawler CPU"). Variants: stock Scrapy; ours as a project gets it
 (the store writer on, with its default SQLite database, its schema made once
 before the crawls as a project's is, in the process the crawl forks for it:
-RETRYQUEUE_STORE_PROCESS = "auto"); ours with the store writer off. Each
+RETRYQUEUE_STORE_PROCESS = "auto"); ours with the store writer off; stock
+Scrapy with its heap frozen while the engine runs, as the add-on freezes the
+crawl's (RETRYQUEUE_FREEZE_HEAP: full collections then skip the modules and
+start-up objects, a third of stock's collector CPU here), the baseline of the
+add-on's own cost with that gain set aside ("÷ frozen"). Each
 figure is given at two baselines (common.BASELINES): "lean" (32 concurrent
 requests, LOG_LEVEL WARNING, as a production crawl runs) and "suite" (64
 concurrent requests, the settings of earlier rounds).
@@ -21,7 +25,7 @@ costs); "start-up s" the CPU from the process's start to its first request, and
 more than stock (the whole process's CPU less its pages' marginal cost: its
 start, what loads once mid-crawl, its close); "GC ms/page" the garbage
 collector's CPU per page of the larger crawl, "GC +" ours minus stock's. Ratios
-are ours ÷ stock of the same round. Where the crawl forks its store writer, "CPU"
+are ours ÷ stock of the same round ("÷ frozen": ÷ stock frozen). Where the crawl forks its store writer, "CPU"
 and "marginal" count the crawl and its writer together (the crawl reaps it);
 "crawl CPU" and "crawl marginal" the crawl alone, "writer CPU ms/page" and
 "writer marginal ms" the writer alone (its resource usage, read by the crawl as
@@ -118,6 +122,26 @@ def growth_figures(
     return figures
 
 
+def frozen_figures(
+    prefix: str,
+    label: str,
+    costs: dict[str, CrawlCost],
+    paired: dict[int, dict[str, CrawlCost]],
+    frozen: tuple[CrawlCost, CrawlCost],
+) -> dict[str, float]:
+    """A variant's ratios to stock frozen as the add-on freezes the crawl: its own
+    cost, without the collector's gain the freeze gives stock as much as it."""
+    small, large = paired[SIZES[0]][label], paired[SIZES[1]][label]
+    return {
+        f"{prefix}{label} ÷ frozen pages/s ratio": costs[label].pages_per_s
+        / costs["stock frozen"].pages_per_s,
+        f"{prefix}{label} ÷ frozen CPU ratio": large.cpu_ms_per_page / frozen[1].cpu_ms_per_page,
+        f"{prefix}{label} ÷ frozen marginal ratio": marginal_ms(small, large)
+        / marginal_ms(*frozen),
+        f"{prefix}{label} ÷ frozen GC + ms/page": gc_ms_per_page(large) - gc_ms_per_page(frozen[1]),
+    }
+
+
 def gc_ms_per_page(cost: CrawlCost) -> float:
     """The garbage collector's CPU per page (benchmarks.probes.StatsDump times every
     collection): a quarter of a crawl's CPU here, and what a heap grown by the
@@ -143,6 +167,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
         "stock": dict(STOCK),
         "ours": store_on,
         "store off": {"RETRYQUEUE_REDIS_URL": redis_url},
+        "stock frozen": {**STOCK, "EXTENSIONS": {"benchmarks.probes.FreezeHeap": 0}},
     }
     small, large = SIZES
     figures: dict[str, float] = {}
@@ -173,12 +198,15 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                 figures[f"{prefix}{label} pages/s"] = costs[label].pages_per_s
                 figures[f"{prefix}{label} ratio"] = costs[label].pages_per_s / stock.pages_per_s
             stock_pair = (paired[small]["stock"], paired[large]["stock"])
+            frozen_pair = (paired[small]["stock frozen"], paired[large]["stock frozen"])
             for label in variants:
                 figures.update(
                     growth_figures(
                         prefix, label, paired[small][label], paired[large][label], stock_pair
                     )
                 )
+            for label in ("ours", "store off"):
+                figures.update(frozen_figures(prefix, label, costs, paired, frozen_pair))
             figures[f"{prefix}nginx ÷ crawler CPU"] = stock.site_share
     client.close()
     return figures

@@ -124,6 +124,30 @@ def _add_children_cpu(path: Path) -> None:
     path.write_text(json.dumps(stats))
 
 
+class FreezeHeap:
+    """Freezes the crawl's heap while its engine runs, as the add-on does
+    (RETRYQUEUE_FREEZE_HEAP, scrapy_retryqueue/heap.py): stock Scrapy with it is
+    the baseline of the add-on's own cost, the collector's gain set aside."""
+
+    def __init__(self, crawler: Any) -> None:
+        crawler.signals.connect(self.started, signal=signals.engine_started)
+        crawler.signals.connect(self.stopped, signal=signals.engine_stopped)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> FreezeHeap:
+        return cls(crawler)
+
+    def started(self) -> None:
+        import gc
+
+        gc.freeze()
+
+    def stopped(self) -> None:
+        import gc
+
+        gc.unfreeze()
+
+
 class AttemptHeader:
     """Downloader middleware: sends ``X-Bench-Attempt: <n>`` on a retried request
     (Scrapy's ``retry_times`` meta, which stock Scrapy's RetryMiddleware and the

@@ -10,6 +10,7 @@ Every test gets exactly one tier marker here: unit, integration or e2e (tests/ti
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -59,6 +60,16 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     # after the test, before its fixtures clean up the keys it could still write.
     yield
     reap_crawls()
+
+
+@pytest.fixture(autouse=True)
+def _heap_left_unfrozen() -> Iterator[None]:
+    """No test leaves the process's heap frozen (scrapy_retryqueue/heap.py): the
+    next tests' garbage would never be collected."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
+        pytest.fail("the test left the process's heap frozen", pytrace=False)
 
 
 # -- Redis -------------------------------------------------------------------------

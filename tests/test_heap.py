@@ -1,0 +1,162 @@
+"""The heap freeze (scrapy_retryqueue/heap.py, RETRYQUEUE_FREEZE_HEAP): held while a
+crawl's engine runs and while its forked writer lives, released when the last of
+them ends, off when the setting or Scrapy's MEMDEBUG_ENABLED says so."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scrapy_retryqueue import heap
+from scrapy_retryqueue.store.forked import ForkedWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """Starts with nothing frozen and leaves nothing frozen, whatever the test did."""
+    assert gc.get_freeze_count() == 0 and heap.holds() == 0
+    yield
+    leftover = gc.get_freeze_count(), heap.holds()
+    gc.unfreeze()
+    assert leftover == (0, 0)
+
+
+def test_the_heap_thaws_when_the_last_hold_is_released(unfrozen: None) -> None:
+    first = heap.hold()
+    assert gc.get_freeze_count() > 0
+    made_between = [{"tracked": []} for _ in range(100)]
+    second = heap.hold()
+    frozen = gc.get_freeze_count()
+    first()
+    # The second hold still stands: nothing thawed, and what it froze stays frozen.
+    assert gc.get_freeze_count() == frozen and heap.holds() == 1
+    first()  # a release counts once
+    assert heap.holds() == 1
+    second()
+    assert gc.get_freeze_count() == 0 and heap.holds() == 0
+    del made_between
+
+
+def test_a_heap_frozen_by_someone_else_stays_frozen(unfrozen: None) -> None:
+    gc.freeze()
+    theirs = gc.get_freeze_count()
+    release = heap.hold()
+    release()
+    assert heap.holds() == 0
+    assert gc.get_freeze_count() >= theirs
+    gc.unfreeze()
+
+
+def test_cyclic_garbage_made_while_frozen_is_still_collected(unfrozen: None) -> None:
+    release = heap.hold()
+    try:
+
+        class Node:
+            pass
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # type: ignore[attr-defined]
+        del a, b
+        assert gc.collect() >= 2
+    finally:
+        release()
+
+
+def test_a_forked_writer_holds_the_freeze_until_it_is_reaped(unfrozen: None) -> None:
+    def never_made(spider: str, forward: object) -> None:
+        raise AssertionError("the test never asks the writer to run")
+
+    writer = ForkedWriter.fork(never_made, freeze_heap=True)
+    try:
+        assert heap.holds() == 1 and gc.get_freeze_count() > 0
+    finally:
+        writer.end()
+    assert writer.exit_status == 0
+    assert heap.holds() == 0 and gc.get_freeze_count() == 0
+    # Without it, the fork freezes nothing.
+    writer = ForkedWriter.fork(never_made)
+    try:
+        assert heap.holds() == 0 and gc.get_freeze_count() == 0
+    finally:
+        writer.end()
+
+
+#: A crawl of three data: pages in this process; prints what the collector had frozen
+#: while it parsed them and once the crawl was over.
+CRAWL = textwrap.dedent(
+    """
+    import gc, json, sys
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+    from scrapy_retryqueue import heap
+
+    seen = []
+
+    class Pages(scrapy.Spider):
+        name = sys.argv[1]
+        start_urls = [f"data:,page{i}" for i in range(3)]
+
+        def parse(self, response):
+            seen.append(gc.get_freeze_count())
+
+    process = CrawlerProcess({**json.loads(sys.argv[2]), "ADDONS": {"scrapy_retryqueue.Addon": 0}})
+    process.crawl(Pages)
+    process.start()
+    print(json.dumps({"during": seen, "after": gc.get_freeze_count(), "holds": heap.holds()}))
+    """
+)
+
+
+def _crawl(tmp_path: Path, redis_url: str, spider_name: str, **settings: object) -> dict:
+    base = {
+        "RETRYQUEUE_REDIS_URL": redis_url,
+        "RETRYQUEUE_NAMESPACE": "",
+        "RETRYQUEUE_EMBEDDED_DIR": str(tmp_path),
+        "LOG_LEVEL": "WARNING",
+        "TELNETCONSOLE_ENABLED": False,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CRAWL, spider_name, json.dumps({**base, **settings})],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_crawl_runs_with_its_heap_frozen_and_ends_with_it_thawed(
+    tmp_path: Path, redis_url: str, spider_name: str
+) -> None:
+    seen = _crawl(tmp_path, redis_url, spider_name)
+    assert len(seen["during"]) == 3
+    # The modules, the spider and the components: tens of thousands of objects.
+    assert min(seen["during"]) > 10_000
+    assert seen["after"] == 0 and seen["holds"] == 0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"RETRYQUEUE_FREEZE_HEAP": False}, {"MEMDEBUG_ENABLED": True}],
+    ids=["setting off", "memdebug"],
+)
+def test_a_crawl_told_not_to_freeze_freezes_nothing(
+    tmp_path: Path, redis_url: str, spider_name: str, settings: dict[str, object]
+) -> None:
+    seen = _crawl(tmp_path, redis_url, spider_name, **settings)
+    assert seen == {"during": [0, 0, 0], "after": 0, "holds": 0}
