@@ -43,6 +43,10 @@ CRAWL_SETTINGS: dict[str, Any] = {
     "RETRYQUEUE_STORE_ENABLED": False,
 }
 STOCK: dict[str, Any] = {"ADDONS": {}}
+#: Stock Scrapy with its heap frozen while the engine runs, as the add-on freezes a
+#: crawl's (RETRYQUEUE_FREEZE_HEAP): against it, the add-on's own cost, without the
+#: collector's gain the freeze gives stock's objects as much as the add-on's.
+STOCK_FROZEN: dict[str, Any] = {**STOCK, "EXTENSIONS": {"benchmarks.probes.FreezeHeap": 0}}
 
 #: The baselines the overhead, dead-letter and retry sections crawl at, each on
 #: top of CRAWL_SETTINGS: "lean" is what a production crawl runs with (issue 22:

@@ -32,7 +32,10 @@ CPU from the process's start to its first request, ours minus stock's; "fixed
 less its pages' marginal cost: its start, the store's load with the first dead
 letter, its close); "GC ms/page" the garbage collector's CPU per page of the
 larger crawl, "GC +" ours minus stock's. Ratios are ours ÷ stock of the same
-round.
+round; "÷ frozen" ones are ÷ stock Scrapy with its heap frozen while the engine
+runs, as the add-on freezes the crawl's ("stock frozen", RETRYQUEUE_FREEZE_HEAP):
+the add-on's own cost, without the collector's gain the freeze gives stock's
+objects as much as the add-on's.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ from . import common
 from .common import (
     BASELINES,
     STOCK,
+    STOCK_FROZEN,
     WRITER,
     CrawlCost,
     alternate,
+    crawl_marginal_ms,
     forget,
+    marginal_ms,
     measured_crawl,
     side_by_side,
     writer_marginal_ms,
@@ -74,8 +80,9 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
         "thread": {**ours_settings(redis_url, workdir), "RETRYQUEUE_STORE_PROCESS": False},
         "store off": {"RETRYQUEUE_REDIS_URL": redis_url},
         "writer proc": {"RETRYQUEUE_REDIS_URL": redis_url, WRITER: writer_database},
+        "stock frozen": dict(STOCK_FROZEN),
     }
-    ours = list(variants)[1:]
+    ours = [label for label in variants if not label.startswith("stock")]
     with static_site(large, SIZES) as site:
         for baseline in common.RUN_BASELINES:
             base = BASELINES[baseline]
@@ -102,7 +109,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                     *paired[large].items(),
                 ]:
                     assert cost.stats["response_received_count"] == cost.pages + 1, cost.stats
-                    if label != "stock":
+                    if not label.startswith("stock"):
                         assert cost.stats["retryqueue/dead"] == cost.pages, cost.stats
                 stock = costs["stock"]
                 figures[f"{prefix}stock pages/s"] = stock.pages_per_s
@@ -119,6 +126,26 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                             prefix, label, paired[small][label], paired[large][label], stock_pair
                         )
                     )
+                frozen = (paired[small]["stock frozen"], paired[large]["stock frozen"])
+                default = (paired[small]["default"], paired[large]["default"])
+                figures.update(
+                    {
+                        f"{prefix}default ÷ frozen pages/s ratio": costs["default"].pages_per_s
+                        / costs["stock frozen"].pages_per_s,
+                        f"{prefix}default ÷ frozen crawl CPU ratio": default[
+                            1
+                        ].crawl_cpu_ms_per_page
+                        / frozen[1].cpu_ms_per_page,
+                        f"{prefix}default ÷ frozen crawl marginal ratio": crawl_marginal_ms(
+                            *default
+                        )
+                        / marginal_ms(*frozen),
+                        f"{prefix}default ÷ frozen CPU ratio": default[1].cpu_ms_per_page
+                        / frozen[1].cpu_ms_per_page,
+                        f"{prefix}default ÷ frozen marginal ratio": marginal_ms(*default)
+                        / marginal_ms(*frozen),
+                    }
+                )
                 writer_small, writer_large = (
                     paired[small]["writer proc"],
                     paired[large]["writer proc"],

@@ -41,6 +41,7 @@ from . import common
 from .common import (
     BASELINES,
     STOCK,
+    STOCK_FROZEN,
     CrawlCost,
     alternate,
     crawl_marginal_ms,
@@ -167,7 +168,7 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
         "stock": dict(STOCK),
         "ours": store_on,
         "store off": {"RETRYQUEUE_REDIS_URL": redis_url},
-        "stock frozen": {**STOCK, "EXTENSIONS": {"benchmarks.probes.FreezeHeap": 0}},
+        "stock frozen": dict(STOCK_FROZEN),
     }
     small, large = SIZES
     figures: dict[str, float] = {}

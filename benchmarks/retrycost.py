@@ -26,7 +26,9 @@ process's CPU less its pages' marginal cost: its start, the store's load with
 the first failure, its close), "GC ms/final page" the garbage collector's
 part of the retry crawl's CPU and "full collections" how many of its collections
 were of every generation (both from the probe's gc callbacks); "ours ÷ stock"
-compares the two retry crawls.
+compares the two retry crawls, "÷ frozen" ours against stock with its heap frozen
+while the engine runs, as the add-on freezes the crawl's ("stock frozen",
+RETRYQUEUE_FREEZE_HEAP): the add-on's own cost, the collector's gain set aside.
 "CPU ms/retried request" is the retry crawl's CPU per page minus the healthy
 crawl's: it holds the failed download too, which costs less than a healthy page
 (no parsing, no item).
@@ -40,6 +42,7 @@ from . import common
 from .common import (
     BASELINES,
     STOCK,
+    STOCK_FROZEN,
     WRITER,
     crawl_marginal_ms,
     forked_writer_marginal_ms,
@@ -60,17 +63,20 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
 
     client = redis.Redis.from_url(redis_url)
     runs = [(v, s) for v in ("stock", "ours") for s in ("healthy", "retry")]
-    runs += [("ours thread", "retry"), ("writer proc", "retry")]
+    runs += [("ours thread", "retry"), ("writer proc", "retry"), ("stock frozen", "retry")]
     small, large = SIZES
     writer_database = f"sqlite:///{workdir / 'retry-writer-store.sqlite3'}"
     if not (workdir / "retry-writer-store.sqlite3").exists():
         prepare_store(writer_database)
 
     def settings(variant: str, baseline: str) -> dict[str, object]:
-        chosen = dict(STOCK) if variant == "stock" else ours_settings(redis_url, workdir)
+        if variant.startswith("stock"):
+            chosen = dict(STOCK_FROZEN if variant == "stock frozen" else STOCK)
+        else:
+            chosen = ours_settings(redis_url, workdir)
         chosen.update(BASELINES[baseline])
         chosen.update(HEADER)
-        if variant != "stock":
+        if not variant.startswith("stock"):
             chosen.update(RETRYQUEUE_POLICIES=POLICY, RETRYQUEUE_POLL_INTERVAL=0.2)
         if variant == "writer proc":
             chosen.update(RETRYQUEUE_STORE_ENABLED=False, **{WRITER: writer_database})
@@ -94,10 +100,12 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                 for (variant, section), cost in paired[size].items():
                     assert cost.stats.get("item_scraped_count") == size, cost.stats
                     if section == "retry":
-                        key = "retry/count" if variant == "stock" else "retryqueue/recovered"
+                        key = (
+                            "retry/count" if variant.startswith("stock") else "retryqueue/recovered"
+                        )
                         assert cost.stats.get(key) == size, cost.stats
             big = paired[large]
-            for variant in ("stock", "ours", "ours thread", "writer proc"):
+            for variant in ("stock", "stock frozen", "ours", "ours thread", "writer proc"):
                 small_retry, retry = paired[small][(variant, "retry")], big[(variant, "retry")]
                 figures[f"{prefix}{variant} CPU ms/final page"] = retry.cpu_ms_per_page
                 figures[f"{prefix}{variant} marginal ms/final page"] = marginal_ms(
@@ -116,6 +124,11 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                     figures[f"{prefix}{variant} ÷ stock {ratio}"] = (
                         figures[f"{prefix}{variant} {figure}"] / figures[f"{prefix}stock {figure}"]
                     )
+                    if variant != "stock frozen":
+                        figures[f"{prefix}{variant} ÷ frozen {ratio}"] = (
+                            figures[f"{prefix}{variant} {figure}"]
+                            / figures[f"{prefix}stock frozen {figure}"]
+                        )
             # The default's crawl and its forked writer, side by side.
             small_ours, ours = paired[small][("ours", "retry")], big[("ours", "retry")]
             assert ours.writer_cpu > 0, ours.stats
@@ -128,6 +141,10 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
             figures[f"{prefix}ours crawl ÷ stock marginal"] = crawl_marginal_ms(
                 small_ours, ours
             ) / marginal_ms(stock_small, stock)
+            frozen = big[("stock frozen", "retry")]
+            figures[f"{prefix}ours crawl ÷ frozen CPU/final page"] = (
+                ours.crawl_cpu_ms_per_page / frozen.cpu_ms_per_page
+            )
             figures[f"{prefix}ours writer marginal ms"] = forked_writer_marginal_ms(
                 small_ours, ours
             )
