@@ -1,4 +1,4 @@
-"""Scrapy extensions the benchmarks add to a crawl to read what happened in it.
+"""Scrapy extensions the benchmarks add to a crawl: to read what happened in it, and to set up its baselines.
 
 Enabled through EXTENSIONS by benchmarks.common; never part of the package.
 """

@@ -25,6 +25,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from scrapy_retryqueue import heap
 from scrapy_retryqueue.queue.delayed import RedisDelayedQueue
 from scrapy_retryqueue.queue.envelope import Task
 from scrapy_retryqueue.queue.keys import all_keys, keys_for
@@ -67,8 +68,8 @@ def _heap_left_unfrozen() -> Iterator[None]:
     """No test leaves the process's heap frozen (scrapy_retryqueue/heap.py): the
     next tests' garbage would never be collected."""
     yield
-    if gc.get_freeze_count():
-        gc.unfreeze()
+    if gc.get_freeze_count() or heap.holds():
+        heap.reset()
         pytest.fail("the test left the process's heap frozen", pytrace=False)
 
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def unfrozen() -> Iterator[None]:
     assert gc.get_freeze_count() == 0 and heap.holds() == 0
     yield
     leftover = gc.get_freeze_count(), heap.holds()
-    gc.unfreeze()
+    heap.reset()
     assert leftover == (0, 0)
 
 
@@ -47,29 +48,17 @@ def test_the_heap_thaws_when_the_last_hold_is_released(unfrozen: None) -> None:
     del made_between
 
 
-def test_a_heap_frozen_by_someone_else_stays_frozen(unfrozen: None) -> None:
+def test_a_heap_frozen_by_someone_else_is_left_to_them(unfrozen: None) -> None:
     gc.freeze()
     theirs = gc.get_freeze_count()
+    extra = [{"made": "after"} for _ in range(50)]
     release = heap.hold()
+    # Not a hold: nothing frozen by it, nothing thawed by its release.
+    assert heap.holds() == 0 and gc.get_freeze_count() == theirs
     release()
-    assert heap.holds() == 0
-    assert gc.get_freeze_count() >= theirs
+    assert gc.get_freeze_count() == theirs
     gc.unfreeze()
-
-
-def test_cyclic_garbage_made_while_frozen_is_still_collected(unfrozen: None) -> None:
-    release = heap.hold()
-    try:
-
-        class Node:
-            pass
-
-        a, b = Node(), Node()
-        a.other, b.other = b, a  # type: ignore[attr-defined]
-        del a, b
-        assert gc.collect() >= 2
-    finally:
-        release()
+    del extra
 
 
 def test_a_forked_writer_holds_the_freeze_until_it_is_reaped(unfrozen: None) -> None:
@@ -89,6 +78,18 @@ def test_a_forked_writer_holds_the_freeze_until_it_is_reaped(unfrozen: None) -> 
         assert heap.holds() == 0 and gc.get_freeze_count() == 0
     finally:
         writer.end()
+
+
+def test_a_fork_the_system_refuses_leaves_the_heap_as_it_was(
+    unfrozen: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    with pytest.raises(OSError):
+        ForkedWriter.fork(lambda spider, forward: None, freeze_heap=True)
+    assert heap.holds() == 0 and gc.get_freeze_count() == 0
 
 
 #: A crawl of three data: pages in this process; prints what the collector had frozen
@@ -117,7 +118,7 @@ CRAWL = textwrap.dedent(
 )
 
 
-def _crawl(tmp_path: Path, redis_url: str, spider_name: str, **settings: object) -> dict:
+def _crawl(tmp_path: Path, redis_url: str, spider_name: str, **settings: object) -> dict[str, Any]:
     base = {
         "RETRYQUEUE_REDIS_URL": redis_url,
         "RETRYQUEUE_NAMESPACE": "",
@@ -140,10 +141,17 @@ def _crawl(tmp_path: Path, redis_url: str, spider_name: str, **settings: object)
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.parametrize(
+    "settings",
+    # The default forks the store writer (a hold of its own); the engine's hold
+    # alone, with the writer in a thread; and with no store at all.
+    [{}, {"RETRYQUEUE_STORE_PROCESS": False}, {"RETRYQUEUE_STORE_ENABLED": False}],
+    ids=["writer forked", "writer thread", "store off"],
+)
 def test_a_crawl_runs_with_its_heap_frozen_and_ends_with_it_thawed(
-    tmp_path: Path, redis_url: str, spider_name: str
+    tmp_path: Path, redis_url: str, spider_name: str, settings: dict[str, object]
 ) -> None:
-    seen = _crawl(tmp_path, redis_url, spider_name)
+    seen = _crawl(tmp_path, redis_url, spider_name, **settings)
     assert len(seen["during"]) == 3
     # The modules, the spider and the components: tens of thousands of objects.
     assert min(seen["during"]) > 10_000

@@ -93,6 +93,7 @@ def load_config(settings: Any) -> Config:
         start_without_redis=bool_setting(settings, "RETRYQUEUE_START_WITHOUT_REDIS"),
         fleet_wait=float(number_setting(settings, "RETRYQUEUE_FLEET_WAIT")),
         frontier_restart=bool_setting(settings, "RETRYQUEUE_FRONTIER_RESTART"),
+        # A plain dict of settings (the commands' checks) has no Scrapy default to read.
         freeze_heap=bool_setting(settings, "RETRYQUEUE_FREEZE_HEAP")
         and not (hasattr(settings, "getbool") and settings.getbool("MEMDEBUG_ENABLED")),
         secret_headers=secret_headers_setting(settings),

@@ -115,6 +115,7 @@ class Config:
     frontier_restart: bool = False
     #: RETRYQUEUE_FREEZE_HEAP, and Scrapy's MEMDEBUG_ENABLED off (its report counts
     #: what a full collection leaves): freeze the heap while the crawl runs (heap.py).
+    #: False when a Config is made by hand: only load_config reads the setting's True.
     freeze_heap: bool = False
     #: RETRYQUEUE_SIGNING_KEYS as a key ring (secure/signing.py); None: nothing is
     #: signed nor checked.

@@ -4,7 +4,8 @@ Every RETRYQUEUE_POLL_INTERVAL (and whenever the spider goes idle) one worker
 call reaps expired leases, renews the leases this node holds, and claims as
 many due tasks as this node has room for; the claimed requests are re-injected
 with ``engine.crawl``. It also turns item pipeline failures (``item_error``)
-into ``storage`` retries.
+into ``storage`` retries, and holds the process's heap frozen while the engine
+runs (RETRYQUEUE_FREEZE_HEAP, heap.py).
 """
 
 from __future__ import annotations

@@ -82,6 +82,11 @@ class RetryQueueStoreExtension:
         self._service_lock = threading.Lock()
         #: The forked writer process (RETRYQUEUE_STORE_PROCESS), until it ends.
         self.writer: ForkedWriter | None = None
+        #: Set when the engine starts: a spider closed before it (a CloseSpider as it
+        #: opens) gets no engine_stopped, so spider_closed does that part too.
+        self._engine_ran = False
+        #: Set once the final flush has run (engine_stopped, or spider_closed for it).
+        self._finished = False
         #: (consumer, key) of the writer service that serves the spider while this
         #: crawl leaves its writes to it (store/announce.py); None while it writes them.
         self.served_by: tuple[str, str] | None = None
@@ -117,6 +122,7 @@ class RetryQueueStoreExtension:
         ext.fork_writer()
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(ext.engine_started, signal=signals.engine_started)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         return ext
 
@@ -329,8 +335,19 @@ class RetryQueueStoreExtension:
         await maybe_deferred_to_future(
             threads.deferToThread(self._flush, self._close_deadline, final=False)
         )
+        if not self._engine_ran:
+            # Scrapy sends engine_stopped only for an engine that ran: without
+            # this, the writer process (and the heap frozen for it) would outlive
+            # the crawl in a process that goes on (CrawlerProcess, a test).
+            await self.engine_stopped()
+
+    def engine_started(self) -> None:
+        self._engine_ran = True
 
     async def engine_stopped(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
         # Events written while the spider closed (released leases) and cleanup,
         # within what is left of the close timeout.
         deadline = time.monotonic() + min(STORE_FINAL_FLUSH_MAX, self.store_config.close_timeout)

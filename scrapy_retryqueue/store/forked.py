@@ -110,8 +110,10 @@ class ForkedWriter:
         # Held back across the fork: a Ctrl-C in that instant must not kill the
         # child before it ignores it (the parent gets its own once unblocked).
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _IGNORED)
-        release_heap = heap.hold() if freeze_heap else None
+        release_heap: Callable[[], None] | None = None
         try:
+            if freeze_heap:
+                release_heap = heap.hold()
             pid = os.fork()
         except BaseException:
             if release_heap is not None:
@@ -141,6 +143,10 @@ class ForkedWriter:
             writer = cls(pid, to_child_w, from_child_r)
             writer._release_heap = release_heap
             _LIVE.add(writer)
+        except BaseException:
+            if release_heap is not None:
+                release_heap()
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return writer
@@ -206,6 +212,14 @@ class ForkedWriter:
         Blocking (the glue calls it off the reactor): the end of the child's
         answers, read by the reader thread, says it has gone.
         """
+        try:
+            self._end(timeout)
+        finally:
+            # Whatever ended it: the heap must not stay frozen for a writer gone.
+            if self._release_heap is not None:
+                self._release_heap()
+
+    def _end(self, timeout: float) -> None:
         with contextlib.suppress(OSError):
             self._out.close()
         if self.exit_status is not None:
@@ -230,8 +244,6 @@ class ForkedWriter:
         with contextlib.suppress(OSError):
             self._in.close()
         _LIVE.discard(self)
-        if self._release_heap is not None:
-            self._release_heap()
 
     # -- the pipes ----------------------------------------------------------------------
 
