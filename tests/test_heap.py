@@ -98,10 +98,24 @@ CRAWL = textwrap.dedent(
     """
     import gc, json, sys
     import scrapy
+    import scrapy.exceptions
+    import scrapy.signals
     from scrapy.crawler import CrawlerProcess
     from scrapy_retryqueue import heap
 
     seen = []
+
+    class CloseAtOpen:
+        # A spider closed as it opens (the fleet's crawl already finished, say):
+        # Scrapy then sends no engine_started nor engine_stopped.
+        @classmethod
+        def from_crawler(cls, crawler):
+            crawler.signals.connect(cls.opened, signal=scrapy.signals.spider_opened)
+            return cls()
+
+        @staticmethod
+        def opened(spider):
+            raise scrapy.exceptions.CloseSpider("closed at open")
 
     class Pages(scrapy.Spider):
         name = sys.argv[1]
@@ -113,7 +127,14 @@ CRAWL = textwrap.dedent(
     process = CrawlerProcess({**json.loads(sys.argv[2]), "ADDONS": {"scrapy_retryqueue.Addon": 0}})
     process.crawl(Pages)
     process.start()
-    print(json.dumps({"during": seen, "after": gc.get_freeze_count(), "holds": heap.holds()}))
+    import os
+    try:
+        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+    print(json.dumps({"during": seen, "after": gc.get_freeze_count(), "holds": heap.holds(),
+                      "children": children}))
     """
 )
 
@@ -158,6 +179,16 @@ def test_a_crawl_runs_with_its_heap_frozen_and_ends_with_it_thawed(
     assert seen["after"] == 0 and seen["holds"] == 0
 
 
+def test_a_spider_closed_as_it_opens_leaves_nothing_frozen_nor_forked(
+    tmp_path: Path, redis_url: str, spider_name: str
+) -> None:
+    # The writer was forked (and the heap frozen for it) as the extensions were made.
+    seen = _crawl(tmp_path, redis_url, spider_name, EXTENSIONS={"__main__.CloseAtOpen": 0})
+    assert seen["during"] == []
+    assert seen["after"] == 0 and seen["holds"] == 0
+    assert seen["children"] == []
+
+
 @pytest.mark.parametrize(
     "settings",
     [{"RETRYQUEUE_FREEZE_HEAP": False}, {"MEMDEBUG_ENABLED": True}],
@@ -167,4 +198,4 @@ def test_a_crawl_told_not_to_freeze_freezes_nothing(
     tmp_path: Path, redis_url: str, spider_name: str, settings: dict[str, object]
 ) -> None:
     seen = _crawl(tmp_path, redis_url, spider_name, **settings)
-    assert seen == {"during": [0, 0, 0], "after": 0, "holds": 0}
+    assert seen == {"during": [0, 0, 0], "after": 0, "holds": 0, "children": []}
