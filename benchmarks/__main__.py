@@ -691,7 +691,7 @@ def render(run: dict[str, Any]) -> str:
         "crawl's pages/s are about 0.96 of frozen stock's (1.2 of stock's over 1.25,",
         "frozen stock's own gain, from the medians). Where the rest goes is not settled.",
         "A probe of each thread's scheduler counters (/proc/<pid>/task/*/schedstat; three",
-        "rounds of 2,000-page 404 crawls one after the other, 05:10 UTC, outside the",
+        "rounds of 2,000-page 404 crawls one after the other, 05:00 UTC, outside the",
         "benchmark) found the crawl's reactor thread never waiting for a core (at most",
         "28 ms of about 3.5 s on the run queue) but off the CPU for 5 to 15 % of the",
         "crawl, store on or off, where stock frozen's never left it: most likely waiting",
