@@ -51,14 +51,12 @@ from .common import (
     WRITER,
     CrawlCost,
     alternate,
-    crawl_marginal_ms,
     forget,
-    marginal_ms,
     measured_crawl,
     side_by_side,
     writer_marginal_ms,
 )
-from .overhead import growth_figures, ours_settings, prepare_store
+from .overhead import frozen_figures, growth_figures, ours_settings, prepare_store
 from .static_site import static_site
 
 SIZES = (500, 2000)
@@ -126,25 +124,14 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                             prefix, label, paired[small][label], paired[large][label], stock_pair
                         )
                     )
-                frozen = (paired[small]["stock frozen"], paired[large]["stock frozen"])
-                default = (paired[small]["default"], paired[large]["default"])
                 figures.update(
-                    {
-                        f"{prefix}default ÷ frozen pages/s ratio": costs["default"].pages_per_s
-                        / costs["stock frozen"].pages_per_s,
-                        f"{prefix}default ÷ frozen crawl CPU ratio": default[
-                            1
-                        ].crawl_cpu_ms_per_page
-                        / frozen[1].cpu_ms_per_page,
-                        f"{prefix}default ÷ frozen crawl marginal ratio": crawl_marginal_ms(
-                            *default
-                        )
-                        / marginal_ms(*frozen),
-                        f"{prefix}default ÷ frozen CPU ratio": default[1].cpu_ms_per_page
-                        / frozen[1].cpu_ms_per_page,
-                        f"{prefix}default ÷ frozen marginal ratio": marginal_ms(*default)
-                        / marginal_ms(*frozen),
-                    }
+                    frozen_figures(
+                        prefix,
+                        "default",
+                        (costs["default"], costs["stock frozen"]),
+                        (paired[small]["default"], paired[large]["default"]),
+                        (paired[small]["stock frozen"], paired[large]["stock frozen"]),
+                    )
                 )
                 writer_small, writer_large = (
                     paired[small]["writer proc"],

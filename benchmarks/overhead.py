@@ -126,21 +126,33 @@ def growth_figures(
 def frozen_figures(
     prefix: str,
     label: str,
-    costs: dict[str, CrawlCost],
-    paired: dict[int, dict[str, CrawlCost]],
+    pace: tuple[CrawlCost, CrawlCost],
+    pair: tuple[CrawlCost, CrawlCost],
     frozen: tuple[CrawlCost, CrawlCost],
 ) -> dict[str, float]:
     """A variant's ratios to stock frozen as the add-on freezes the crawl: its own
-    cost, without the collector's gain the freeze gives stock as much as it."""
-    small, large = paired[SIZES[0]][label], paired[SIZES[1]][label]
-    return {
-        f"{prefix}{label} ÷ frozen pages/s ratio": costs[label].pages_per_s
-        / costs["stock frozen"].pages_per_s,
+    cost, without the collector's gain the freeze gives stock as much as it.
+
+    *pace*: the variant's and stock frozen's crawls for pages/s; *pair* and
+    *frozen*: the variant's and stock frozen's side-by-side crawls of the two sizes.
+    Where the variant forked its store writer, also the crawl's own figures.
+    """
+    small, large = pair
+    figures = {
+        f"{prefix}{label} ÷ frozen pages/s ratio": pace[0].pages_per_s / pace[1].pages_per_s,
         f"{prefix}{label} ÷ frozen CPU ratio": large.cpu_ms_per_page / frozen[1].cpu_ms_per_page,
         f"{prefix}{label} ÷ frozen marginal ratio": marginal_ms(small, large)
         / marginal_ms(*frozen),
         f"{prefix}{label} ÷ frozen GC + ms/page": gc_ms_per_page(large) - gc_ms_per_page(frozen[1]),
     }
+    if large.stats.get("bench/children_pss"):
+        figures[f"{prefix}{label} ÷ frozen crawl CPU ratio"] = (
+            large.crawl_cpu_ms_per_page / frozen[1].cpu_ms_per_page
+        )
+        figures[f"{prefix}{label} ÷ frozen crawl marginal ratio"] = crawl_marginal_ms(
+            small, large
+        ) / marginal_ms(*frozen)
+    return figures
 
 
 def gc_ms_per_page(cost: CrawlCost) -> float:
@@ -207,7 +219,15 @@ def measure(redis_url: str, workdir: Path) -> dict[str, float]:
                     )
                 )
             for label in ("ours", "store off"):
-                figures.update(frozen_figures(prefix, label, costs, paired, frozen_pair))
+                figures.update(
+                    frozen_figures(
+                        prefix,
+                        label,
+                        (costs[label], costs["stock frozen"]),
+                        (paired[small][label], paired[large][label]),
+                        frozen_pair,
+                    )
+                )
             figures[f"{prefix}nginx ÷ crawler CPU"] = stock.site_share
     client.close()
     return figures
